@@ -1,0 +1,137 @@
+// Package api is MaxQ's HTTP/JSON API (spec §6) on net/http. Handlers only
+// record intents in the store; they never spawn processes and keep no state
+// between requests, so the same Handler serves a plain HTTP server and an
+// AWS Lambda adapter. Every response, errors included, is JSON with an
+// explicit status; bad input is a 4xx with the error body of spec §6.5.
+package api
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/maxq-dev/maxq/internal/flow"
+	"github.com/maxq-dev/maxq/internal/store"
+)
+
+// Prefix is where the API lives.
+const Prefix = "/api/v1"
+
+// Config configures a Handler.
+type Config struct {
+	Store   *store.Store
+	Catalog flow.Catalog
+	Logger  *slog.Logger
+	// MaxBodyBytes caps every request body (default 10 MiB).
+	MaxBodyBytes int64
+}
+
+type server struct {
+	store   *store.Store
+	catalog flow.Catalog
+	logger  *slog.Logger
+	maxBody int64
+}
+
+// New returns the API as an http.Handler.
+func New(c Config) http.Handler {
+	s := &server{store: c.Store, catalog: c.Catalog, logger: c.Logger, maxBody: c.MaxBodyBytes}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = 10 << 20
+	}
+	mux := http.NewServeMux()
+	route := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
+		method, p, _ := strings.Cut(pattern, " ")
+		mux.Handle(method+" "+Prefix+p, s.handle(h))
+	}
+	route("GET /flows", s.flowList)
+	route("POST /flows/{flowName}/runs", s.runTrigger)
+	route("GET /runs", s.runList)
+	route("GET /runs/{runId}", s.runGet)
+	route("POST /runs/{runId}/steps", s.stageSchedule)
+	route("GET /runs/{runId}/steps", s.stepList)
+	route("GET /steps/{stepId}", s.stepGet)
+	route("PATCH /steps/{stepId}", s.stepPatch)
+	route("POST /runs/{runId}/artifacts", s.artifactCreate)
+	route("GET /runs/{runId}/artifacts", s.artifactList)
+	route("GET /runs/{runId}/artifacts/{artifactId}", s.artifactGet)
+	return s.guard(mux)
+}
+
+// handle adapts a handler that returns an error into an http.Handler that
+// answers the error with the error body.
+func (s *server) handle(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			status, code, msg, details := statusFor(err)
+			if status >= 500 {
+				s.logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+			}
+			writeError(w, status, code, msg, details)
+		}
+	})
+}
+
+// guard answers what the routes cannot: paths with dot segments (which the
+// mux would redirect), unknown routes and wrong methods (as JSON, not the
+// mux's plain text), and panics (a 500 with the error body, logged).
+func (s *server) guard(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path, "panic", v)
+				writeError(w, http.StatusInternalServerError, CodeInternal, "internal error", nil)
+			}
+		}()
+		if !cleanPath(r.URL.Path) {
+			writeError(w, http.StatusBadRequest, CodeValidation, "invalid path: dot segments and empty segments are not allowed", nil)
+			return
+		}
+		if _, pattern := mux.Handler(r); pattern == "" {
+			s.notRouted(w, r, mux)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// notRouted answers a request no route matches: 405 when the path exists
+// with another method, else 404.
+func (s *server) notRouted(w http.ResponseWriter, r *http.Request, mux *http.ServeMux) {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := mux.Handler(probe); pattern != "" {
+			allowed = append(allowed, m)
+		}
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			r.Method+" is not allowed here; use "+strings.Join(allowed, " or "), nil)
+		return
+	}
+	writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path, nil)
+}
+
+// cleanPath reports whether p is absolute with no "." or ".." segment and no
+// empty segment before its end.
+func cleanPath(p string) bool {
+	if !strings.HasPrefix(p, "/") {
+		return false
+	}
+	segs := strings.Split(p[1:], "/")
+	for i, seg := range segs {
+		if seg == "." || seg == ".." || seg == "" && i < len(segs)-1 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,213 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/maxq-dev/maxq/internal/core"
+)
+
+const stepColumns = `s.id, s.run_id, g.name, s.name, s.sequence, s.status, s.depends_on, s.retry_count, s.max_retries,
+	s.env, s.output, s.error, s.created_at, s.started_at, s.completed_at, s.duration_ms, s.instances, s.attempt, s.exit_code`
+
+const stepFrom = ` FROM step s JOIN stage g ON g.id = s.stage_id`
+
+func stepScanTargets(st *core.Step) []any {
+	return []any{&st.ID, &st.RunID, &st.Stage, &st.Name, &st.Sequence, &st.Status, &st.DependsOn, &st.RetryCount,
+		&st.MaxRetries, &st.Env, &st.Output, &st.Error, &st.CreatedAt, &st.StartedAt, &st.CompletedAt, &st.DurationMs,
+		&st.Instances, &st.Attempt, &st.ExitCode}
+}
+
+// StepGet returns one step.
+func (s *Store) StepGet(ctx context.Context, id string) (core.Step, error) {
+	if !validID(id) {
+		return core.Step{}, fmt.Errorf("step %q: %w", id, core.ErrNotFound)
+	}
+	var st core.Step
+	if err := s.pool.QueryRow(ctx, `SELECT `+stepColumns+stepFrom+` WHERE s.id = $1`, id).Scan(stepScanTargets(&st)...); err != nil {
+		return core.Step{}, fmt.Errorf("get step: %w", interpretError(err))
+	}
+	return st, nil
+}
+
+// StepListParams filters and pages a run's steps.
+type StepListParams struct {
+	RunID    string
+	Stage    string
+	Status   core.StepStatus
+	Name     string
+	Sequence *int
+	Page
+}
+
+var stepSortColumns = map[string]string{
+	"":            "s.created_at",
+	"createdAt":   "s.created_at",
+	"startedAt":   "s.started_at",
+	"completedAt": "s.completed_at",
+	"name":        "s.name",
+	"sequence":    "s.sequence",
+	"status":      "s.status",
+	"stage":       "g.name",
+}
+
+// StepSortFields are the sortBy values the step list accepts.
+func StepSortFields() []string { return sortFields(stepSortColumns) }
+
+// StepList returns a page of a run's steps and how many match in all; a run
+// that does not exist is ErrNotFound.
+func (s *Store) StepList(ctx context.Context, p StepListParams) ([]core.Step, int, error) {
+	if err := s.runExists(ctx, p.RunID); err != nil {
+		return nil, 0, err
+	}
+	seq := 0
+	if p.Sequence != nil {
+		seq = *p.Sequence
+	}
+	where, args := filters{}.
+		add("s.run_id = $%d", p.RunID, true).
+		add("g.name = $%d", p.Stage, p.Stage != "").
+		add("s.status = $%d", string(p.Status), p.Status != "").
+		add("s.name = $%d", p.Name, p.Name != "").
+		add("s.sequence = $%d", seq, p.Sequence != nil).
+		build()
+	return listPage(ctx, s, listQuery{what: "list steps", columns: stepColumns, from: stepFrom + where,
+		orderBy: p.orderBy(stepSortColumns), args: args}, p.Page,
+		func(row pgx.CollectableRow, total *int) (core.Step, error) {
+			var st core.Step
+			err := row.Scan(append(stepScanTargets(&st), total)...)
+			return st, err
+		})
+}
+
+func (s *Store) runExists(ctx context.Context, runID string) error {
+	if !validID(runID) {
+		return fmt.Errorf("run %q: %w", runID, core.ErrNotFound)
+	}
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run WHERE id = $1)`, runID).Scan(&ok); err != nil {
+		return fmt.Errorf("find run: %w", interpretError(err))
+	}
+	if !ok {
+		return fmt.Errorf("run %s: %w", runID, core.ErrNotFound)
+	}
+	return nil
+}
+
+// StepFinishParams is the outcome of one attempt of a step.
+type StepFinishParams struct {
+	StepID string
+	// Attempt fences the result: when non-zero, it is applied only if the
+	// step is still running that attempt. A result of a superseded attempt
+	// is dropped. Zero applies to a pending or running step whatever its
+	// attempt (a report through the API).
+	Attempt   int
+	Completed bool
+	Output    json.RawMessage // on success; nil keeps what the step reported
+	Error     json.RawMessage // on failure: an object with a "reason"
+	ExitCode  *int
+	// Retry lets a failure go back to pending when retries remain.
+	Retry bool
+}
+
+// StepFinish applies the outcome of a step attempt and everything that
+// follows from it, in one transaction: on success, dependents released and
+// the stage settled; on a failure with retries left, the step back to
+// pending after a backoff, its attempt's artifacts discarded; on a final
+// failure, dependents failed, the stage failed and its pending steps
+// cancelled. applied is false when the result was fenced off.
+func (s *Store) StepFinish(ctx context.Context, p StepFinishParams) (st core.Step, applied bool, err error) {
+	if !validID(p.StepID) {
+		return core.Step{}, false, fmt.Errorf("step %q: %w", p.StepID, core.ErrNotFound)
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		applied = false
+		now := s.nowMillis()
+		var stageID string
+		var attempt, retryCount, maxRetries int
+		var status core.StepStatus
+		var runID, name string
+		err := tx.QueryRow(ctx, `SELECT run_id, stage_id, name, status, attempt, retry_count, max_retries
+			FROM step WHERE id = $1 FOR UPDATE`, p.StepID).Scan(&runID, &stageID, &name, &status, &attempt, &retryCount, &maxRetries)
+		if err != nil {
+			return err
+		}
+		if status.Terminal() {
+			if p.Attempt != 0 {
+				return nil
+			}
+			return fmt.Errorf("%w: step is %s", core.ErrConflict, status)
+		}
+		if p.Attempt != 0 && (status != core.StepRunning || attempt != p.Attempt) {
+			return nil
+		}
+		applied = true
+		t := newTransition(ctx, tx, now)
+		switch {
+		case p.Completed:
+			if _, err := tx.Exec(ctx, `UPDATE step SET status = 'completed', output = coalesce($2::jsonb, output),
+				    error = NULL, exit_code = $3, completed_at = $4, duration_ms = $4 - coalesce(started_at, $4)
+				WHERE id = $1`, p.StepID, nullJSON(p.Output), p.ExitCode, now); err != nil {
+				return err
+			}
+			if err := t.stepCompleted(runID, stageID, name); err != nil {
+				return err
+			}
+		case p.Retry && retryCount < maxRetries:
+			readyAt := now + core.Backoff(retryCount+1).Milliseconds()
+			if _, err := tx.Exec(ctx, `UPDATE step SET status = 'pending', retry_count = retry_count + 1, ready_at = $2,
+				    error = $3, exit_code = $4, worker_id = NULL, deadline_at = NULL
+				WHERE id = $1`, p.StepID, readyAt, nullJSON(p.Error), p.ExitCode); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM artifact WHERE step_id = $1`, p.StepID); err != nil {
+				return err
+			}
+		default:
+			if _, err := tx.Exec(ctx, `UPDATE step SET status = 'failed', error = $2, exit_code = $3,
+				    completed_at = $4, duration_ms = $4 - coalesce(started_at, $4)
+				WHERE id = $1`, p.StepID, nullJSON(p.Error), p.ExitCode, now); err != nil {
+				return err
+			}
+			if err := t.stepsFailed(runID, []string{name}, map[string]int{stageID: 1}); err != nil {
+				return err
+			}
+		}
+		if err := t.settle(); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT `+stepColumns+stepFrom+` WHERE s.id = $1`, p.StepID).Scan(stepScanTargets(&st)...)
+	})
+	if err != nil {
+		return core.Step{}, false, fmt.Errorf("finish step: %w", err)
+	}
+	return st, applied, nil
+}
+
+// StepSetOutput records output a step reported while it is not finished.
+func (s *Store) StepSetOutput(ctx context.Context, id string, output json.RawMessage) (core.Step, error) {
+	if !validID(id) {
+		return core.Step{}, fmt.Errorf("step %q: %w", id, core.ErrNotFound)
+	}
+	var st core.Step
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		var status core.StepStatus
+		if err := tx.QueryRow(ctx, `SELECT status FROM step WHERE id = $1 FOR UPDATE`, id).Scan(&status); err != nil {
+			return err
+		}
+		if status.Terminal() {
+			return fmt.Errorf("%w: step is %s; its output can no longer change", core.ErrConflict, status)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE step SET output = $2 WHERE id = $1`, id, nullJSON(output)); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT `+stepColumns+stepFrom+` WHERE s.id = $1`, id).Scan(stepScanTargets(&st)...)
+	})
+	if err != nil {
+		return core.Step{}, fmt.Errorf("set step output: %w", err)
+	}
+	return st, nil
+}

@@ -1,0 +1,287 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/maxq-dev/maxq/internal/core"
+)
+
+// transition gathers what one transaction's step transitions imply for
+// their stages, and settles it once at the end: stage counters decremented,
+// stages that ran out of steps completed or called back, workers notified.
+type transition struct {
+	ctx  context.Context
+	tx   pgx.Tx
+	now  int64
+	done map[string]int // stage id → steps that reached a terminal state
+	wake bool           // something became ready: NOTIFY at the end
+}
+
+func newTransition(ctx context.Context, tx pgx.Tx, now int64) *transition {
+	return &transition{ctx: ctx, tx: tx, now: now, done: map[string]int{}}
+}
+
+// stepsCompleted records that steps named name in run completed: their
+// dependents' counters drop, and those that reach zero become ready.
+func (t *transition) stepCompleted(runID, stageID, name string) error {
+	t.done[stageID]++
+	rows, err := t.tx.Query(t.ctx, `UPDATE step
+		SET deps_left = deps_left - 1,
+		    ready_at = CASE WHEN deps_left = 1 THEN greatest(ready_at, $3) ELSE ready_at END
+		WHERE run_id = $1 AND status = 'pending' AND deps_left > 0 AND depends_on ? $2
+		RETURNING deps_left`, runID, name, t.now)
+	if err != nil {
+		return fmt.Errorf("release dependents: %w", err)
+	}
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return fmt.Errorf("release dependents: %w", err)
+	}
+	for _, n := range left {
+		if n == 0 {
+			t.wake = true
+		}
+	}
+	return nil
+}
+
+// stepsFailed records that steps of run failed for good: their stages fail
+// and cancel their pending steps, and every pending step that depends on a
+// failed or cancelled step fails with reason dependency_failed, transitively
+// and in any stage. stages maps each failed step's stage id to its count.
+func (t *transition) stepsFailed(runID string, names []string, stages map[string]int) error {
+	for id, n := range stages {
+		t.done[id] += n
+	}
+	failedStages := keys(stages)
+	for len(names) > 0 || len(failedStages) > 0 {
+		var next []string
+		if len(failedStages) > 0 {
+			cancelled, err := t.failStages(failedStages)
+			if err != nil {
+				return err
+			}
+			next = append(next, cancelled...)
+			failedStages = nil
+		}
+		if len(names) > 0 {
+			rows, err := t.tx.Query(t.ctx, `UPDATE step
+				SET status = 'failed', completed_at = $3,
+				    error = jsonb_build_object('reason', 'dependency_failed', 'failed_step',
+				        (SELECT d FROM jsonb_array_elements_text(depends_on) d WHERE d = ANY($2) LIMIT 1))
+				WHERE run_id = $1 AND status = 'pending' AND depends_on ?| $2
+				RETURNING name, stage_id`, runID, names, t.now)
+			if err != nil {
+				return fmt.Errorf("fail dependents: %w", err)
+			}
+			dependents, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
+				var r [2]string
+				err := row.Scan(&r[0], &r[1])
+				return r, err
+			})
+			if err != nil {
+				return fmt.Errorf("fail dependents: %w", err)
+			}
+			touched := map[string]int{}
+			for _, d := range dependents {
+				next = append(next, d[0])
+				touched[d[1]]++
+				t.done[d[1]]++
+			}
+			failedStages = keys(touched)
+		}
+		names = dedupe(next)
+	}
+	return nil
+}
+
+// failStages marks running stages failed and cancels their pending steps,
+// returning the names of the cancelled steps.
+func (t *transition) failStages(ids []string) ([]string, error) {
+	if _, err := t.tx.Exec(t.ctx, `UPDATE stage SET status = 'failed', completed_at = $2
+		WHERE id = ANY($1) AND status = 'running'`, ids, t.now); err != nil {
+		return nil, fmt.Errorf("fail stages: %w", err)
+	}
+	rows, err := t.tx.Query(t.ctx, `UPDATE step
+		SET status = 'cancelled', completed_at = $2, error = '{"reason":"cancelled","detail":"its stage failed"}'
+		WHERE stage_id = ANY($1) AND status = 'pending'
+		RETURNING name, stage_id`, ids, t.now)
+	if err != nil {
+		return nil, fmt.Errorf("cancel pending steps: %w", err)
+	}
+	var names []string
+	var name, stageID string
+	_, err = pgx.ForEachRow(rows, []any{&name, &stageID}, func() error {
+		names = append(names, name)
+		t.done[stageID]++
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cancel pending steps: %w", err)
+	}
+	return names, nil
+}
+
+// settle applies the stage counters and acts on every stage that ran out of
+// steps in this transaction: a running stage completes and either completes
+// its run (final) or queues the next call of flow.sh; a failed stage queues
+// its failure call. It sends the NOTIFY if anything became ready.
+func (t *transition) settle() error {
+	for _, id := range keys(t.done) {
+		n := t.done[id]
+		var g core.Stage
+		var left int
+		err := t.tx.QueryRow(t.ctx, `UPDATE stage SET steps_left = steps_left - $2 WHERE id = $1
+			RETURNING id, run_id, name, status, final, steps_left`, id, n).
+			Scan(&g.ID, &g.RunID, &g.Name, &g.Status, &g.Final, &left)
+		if err != nil {
+			return fmt.Errorf("count stage steps: %w", err)
+		}
+		if left > 0 {
+			continue
+		}
+		switch g.Status {
+		case core.StageRunning:
+			if _, err := t.tx.Exec(t.ctx, `UPDATE stage SET status = 'completed', completed_at = $2 WHERE id = $1`, id, t.now); err != nil {
+				return fmt.Errorf("complete stage: %w", err)
+			}
+			if g.Final {
+				if err := t.runFinish(g.RunID, core.RunCompleted, nil); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := t.flowCallQueue(g.RunID, g.Name, ""); err != nil {
+				return err
+			}
+		case core.StageFailed:
+			if err := t.flowCallQueue(g.RunID, "", g.Name); err != nil {
+				return err
+			}
+		}
+	}
+	t.done = map[string]int{}
+	if t.wake {
+		t.wake = false
+		return notify(t.ctx, t.tx)
+	}
+	return nil
+}
+
+// lockRun takes the run's row lock. Every transaction that queues, claims or
+// finishes a flow call takes it first, so they see each other's writes.
+func (t *transition) lockRun(runID string) (core.RunStatus, error) {
+	var status core.RunStatus
+	err := t.tx.QueryRow(t.ctx, `SELECT status FROM run WHERE id = $1 FOR UPDATE`, runID).Scan(&status)
+	if err != nil {
+		return "", fmt.Errorf("lock run: %w", err)
+	}
+	return status, nil
+}
+
+// flowCallQueue queues a call of the run's flow.sh after a stage completed
+// or failed, and marks the run ready for a flow call unless one is running.
+// A failure call carries the run's last completed stage too (spec §10.2).
+func (t *transition) flowCallQueue(runID, completedStage, failedStage string) error {
+	status, err := t.lockRun(runID)
+	if err != nil {
+		return err
+	}
+	if status.Terminal() {
+		return nil
+	}
+	if failedStage != "" {
+		err := t.tx.QueryRow(t.ctx, `SELECT coalesce(
+			(SELECT name FROM stage WHERE run_id = $1 AND status = 'completed' ORDER BY completed_at DESC, id DESC LIMIT 1), '')`,
+			runID).Scan(&completedStage)
+		if err != nil {
+			return fmt.Errorf("last completed stage: %w", err)
+		}
+	}
+	if _, err := t.tx.Exec(t.ctx, `INSERT INTO flow_call (id, run_id, completed_stage, failed_stage, status, created_at)
+		VALUES ($1, $2, $3, NULLIF($4, ''), 'pending', $5)`, newID(), runID, completedStage, failedStage, t.now); err != nil {
+		return fmt.Errorf("queue flow call: %w", err)
+	}
+	return t.flowReadyRefresh(runID)
+}
+
+// flowReadyRefresh sets run.flow_ready from the run's flow calls: true when
+// one is pending and none is running. The caller holds the run's lock.
+func (t *transition) flowReadyRefresh(runID string) error {
+	tag, err := t.tx.Exec(t.ctx, `UPDATE run SET
+		    flow_ready = r.ready,
+		    flow_ready_at = CASE WHEN r.ready THEN coalesce(run.flow_ready_at, $2) END
+		FROM (SELECT EXISTS (SELECT 1 FROM flow_call WHERE run_id = $1 AND status = 'pending')
+		         AND NOT EXISTS (SELECT 1 FROM flow_call WHERE run_id = $1 AND status = 'running') AS ready) r
+		WHERE run.id = $1 AND run.flow_ready IS DISTINCT FROM r.ready
+		RETURNING run.flow_ready`, runID, t.now)
+	if err != nil {
+		return fmt.Errorf("mark run ready for its flow: %w", err)
+	}
+	if tag.RowsAffected() > 0 {
+		t.wake = true
+	}
+	return nil
+}
+
+// runFinish ends a run that is not yet terminal: it records the outcome,
+// cancels whatever of it is still pending (stages, steps, flow calls) and
+// clears its flow readiness. Running scripts are left to finish; their
+// results no longer move the run.
+func (t *transition) runFinish(runID string, status core.RunStatus, runErr json.RawMessage) error {
+	tag, err := t.tx.Exec(t.ctx, `UPDATE run SET status = $2, error = coalesce($3::jsonb, error),
+		    completed_at = $4, duration_ms = $4 - coalesce(started_at, created_at),
+		    flow_ready = false, flow_ready_at = NULL
+		WHERE id = $1 AND status IN ('pending', 'running')`, runID, status, nullJSON(runErr), t.now)
+	if err != nil {
+		return fmt.Errorf("finish run: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil
+	}
+	if _, err := t.tx.Exec(t.ctx, `WITH c AS (
+		    UPDATE step SET status = 'cancelled', completed_at = $2,
+		        error = jsonb_build_object('reason', 'cancelled', 'detail', 'run ' || $3::text)
+		    WHERE run_id = $1 AND status = 'pending'
+		    RETURNING stage_id
+		)
+		UPDATE stage SET steps_left = steps_left - n.n
+		FROM (SELECT stage_id, count(*) AS n FROM c GROUP BY stage_id) n
+		WHERE stage.id = n.stage_id`, runID, t.now, string(status)); err != nil {
+		return fmt.Errorf("cancel pending steps: %w", err)
+	}
+	if _, err := t.tx.Exec(t.ctx, `UPDATE stage SET status = 'cancelled', completed_at = $2
+		WHERE run_id = $1 AND status = 'running'`, runID, t.now); err != nil {
+		return fmt.Errorf("cancel running stages: %w", err)
+	}
+	if _, err := t.tx.Exec(t.ctx, `UPDATE flow_call SET status = 'cancelled', completed_at = $2
+		WHERE run_id = $1 AND status = 'pending'`, runID, t.now); err != nil {
+		return fmt.Errorf("cancel pending flow calls: %w", err)
+	}
+	return nil
+}
+
+func keys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func dedupe(s []string) []string {
+	sort.Strings(s)
+	out := s[:0]
+	for i, v := range s {
+		if i == 0 || v != s[i-1] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
