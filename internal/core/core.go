@@ -130,6 +130,8 @@ const (
 	ReasonCancelled        Reason = "cancelled"
 	ReasonFlowFailed       Reason = "flow_failed"
 	ReasonReported         Reason = "reported"
+	ReasonStageFailed      Reason = "stage_failed"
+	ReasonStartFailed      Reason = "start_failed"
 )
 
 // Run is one execution of a flow.

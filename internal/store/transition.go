@@ -230,9 +230,10 @@ func (t *transition) flowReadyRefresh(runID string) error {
 }
 
 // runFinish ends a run that is not yet terminal: it records the outcome,
-// cancels whatever of it is still pending (stages, steps, flow calls) and
-// clears its flow readiness. Running scripts are left to finish; their
-// results no longer move the run.
+// cancels its pending and running steps, its running stages and its pending
+// flow calls, and clears its flow readiness. Workers running a cancelled
+// step see it at their next heartbeat and stop the script; its late result
+// is fenced off.
 func (t *transition) runFinish(runID string, status core.RunStatus, runErr json.RawMessage) error {
 	tag, err := t.tx.Exec(t.ctx, `UPDATE run SET status = $2, error = coalesce($3::jsonb, error),
 		    completed_at = $4, duration_ms = $4 - coalesce(started_at, created_at),
@@ -247,7 +248,7 @@ func (t *transition) runFinish(runID string, status core.RunStatus, runErr json.
 	if _, err := t.tx.Exec(t.ctx, `WITH c AS (
 		    UPDATE step SET status = 'cancelled', completed_at = $2,
 		        error = jsonb_build_object('reason', 'cancelled', 'detail', 'run ' || $3::text)
-		    WHERE run_id = $1 AND status = 'pending'
+		    WHERE run_id = $1 AND status IN ('pending', 'running')
 		    RETURNING stage_id
 		)
 		UPDATE stage SET steps_left = steps_left - n.n

@@ -1,0 +1,252 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/maxq-dev/maxq/internal/core"
+)
+
+// WorkerRegister records a live worker process and returns its id.
+func (s *Store) WorkerRegister(ctx context.Context, host string) (string, error) {
+	id := newID()
+	now := s.nowMillis()
+	if _, err := s.pool.Exec(ctx, `INSERT INTO worker (id, host, pid, started_at, heartbeat_at) VALUES ($1, $2, $3, $4, $4)`,
+		id, host, os.Getpid(), now); err != nil {
+		return "", fmt.Errorf("register worker: %w", interpretError(err))
+	}
+	return id, nil
+}
+
+// WorkerHeartbeat renews a worker's lease on everything it runs — one
+// statement however many scripts that is — and reports which of the steps
+// and flow calls it believes it runs are no longer its own (cancelled, or
+// taken over), so it can stop them.
+func (s *Store) WorkerHeartbeat(ctx context.Context, workerID string, steps, calls []string) (lostSteps, lostCalls []string, err error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH hb AS (UPDATE worker SET heartbeat_at = $2 WHERE id = $1)
+		SELECT 's', id FROM unnest($3::text[]) AS id
+		WHERE NOT EXISTS (SELECT 1 FROM step WHERE step.id = id AND status = 'running' AND worker_id = $1)
+		UNION ALL
+		SELECT 'c', id FROM unnest($4::text[]) AS id
+		WHERE NOT EXISTS (SELECT 1 FROM flow_call f WHERE f.id = id AND status = 'running' AND worker_id = $1)`,
+		workerID, s.nowMillis(), steps, calls)
+	if err != nil {
+		return nil, nil, fmt.Errorf("heartbeat: %w", interpretError(err))
+	}
+	var kind, id string
+	_, err = pgx.ForEachRow(rows, []any{&kind, &id}, func() error {
+		if kind == "s" {
+			lostSteps = append(lostSteps, id)
+		} else {
+			lostCalls = append(lostCalls, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("heartbeat: %w", interpretError(err))
+	}
+	return lostSteps, lostCalls, nil
+}
+
+// WorkerDeregister removes a worker's row when it stops.
+func (s *Store) WorkerDeregister(ctx context.Context, workerID string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM worker WHERE id = $1`, workerID)
+	return interpretError(err)
+}
+
+// ClaimedStep is a step attempt a worker now owns.
+type ClaimedStep struct {
+	ID        string
+	RunID     string
+	FlowName  string
+	Stage     string
+	Name      string
+	Sequence  int
+	Instances int
+	Attempt   int
+	Env       map[string]string
+	TimeoutMs int64 // 0: none
+}
+
+const stepClaimSQL = `
+WITH ready AS (
+    SELECT id FROM step
+    WHERE status = 'pending' AND deps_left = 0 AND ready_at <= $3
+    ORDER BY ready_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE step s SET status = 'running', attempt = s.attempt + 1, worker_id = $1, started_at = $3,
+    deadline_at = $3 + coalesce(s.timeout_ms, NULLIF($4::bigint, 0)), exit_code = NULL
+FROM ready, stage g, run r
+WHERE s.id = ready.id AND g.id = s.stage_id AND r.id = s.run_id
+RETURNING s.id, s.run_id, r.flow_name, g.name, s.name, s.sequence, s.instances, s.attempt, s.env,
+    coalesce(s.timeout_ms, $4::bigint)`
+
+// StepClaim claims up to limit ready steps for a worker, oldest ready first.
+// defaultTimeoutMs applies to steps that set no MAXQ_STEP_TIMEOUT (0: none).
+func (s *Store) StepClaim(ctx context.Context, workerID string, limit int, defaultTimeoutMs int64) ([]ClaimedStep, error) {
+	rows, err := s.pool.Query(ctx, stepClaimSQL, workerID, limit, s.nowMillis(), defaultTimeoutMs)
+	if err != nil {
+		return nil, fmt.Errorf("claim steps: %w", interpretError(err))
+	}
+	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedStep, error) {
+		var c ClaimedStep
+		err := row.Scan(&c.ID, &c.RunID, &c.FlowName, &c.Stage, &c.Name, &c.Sequence, &c.Instances, &c.Attempt, &c.Env, &c.TimeoutMs)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim steps: %w", interpretError(err))
+	}
+	return claimed, nil
+}
+
+// StepNextReady returns when the earliest pending step waiting out a retry
+// backoff becomes ready, or 0 when none waits.
+func (s *Store) StepNextReady(ctx context.Context) (int64, error) {
+	var at *int64
+	err := s.pool.QueryRow(ctx, `SELECT min(ready_at) FROM step WHERE status = 'pending' AND deps_left = 0`).Scan(&at)
+	if err != nil || at == nil {
+		return 0, interpretError(err)
+	}
+	return *at, nil
+}
+
+// ClaimedFlowCall is a call of flow.sh a worker now owns.
+type ClaimedFlowCall struct {
+	ID             string
+	RunID          string
+	FlowName       string
+	CompletedStage string
+	FailedStage    string
+	Attempt        int
+}
+
+// flowCallClaimSQL claims the oldest pending call of up to $2 runs that are
+// ready for one. Locking the run rows (flow_ready is rechecked on the
+// latest row version) is what keeps two calls of one run from running at
+// once; the claim clears flow_ready and starts a pending run.
+const flowCallClaimSQL = `
+WITH r AS (
+    SELECT id FROM run WHERE flow_ready ORDER BY flow_ready_at LIMIT $2 FOR UPDATE SKIP LOCKED
+), c AS (
+    SELECT DISTINCT ON (f.run_id) f.id FROM flow_call f JOIN r ON r.id = f.run_id
+    WHERE f.status = 'pending'
+    ORDER BY f.run_id, f.created_at, f.id
+), u AS (
+    UPDATE run SET flow_ready = false, flow_ready_at = NULL,
+        status = CASE WHEN run.status = 'pending' THEN 'running' ELSE run.status END,
+        started_at = coalesce(run.started_at, $3)
+    FROM r WHERE run.id = r.id
+)
+UPDATE flow_call f SET status = 'running', attempt = f.attempt + 1, worker_id = $1, started_at = $3
+FROM c, run
+WHERE f.id = c.id AND run.id = f.run_id
+RETURNING f.id, f.run_id, run.flow_name, coalesce(f.completed_stage, ''), coalesce(f.failed_stage, ''), f.attempt`
+
+// FlowCallClaim claims up to limit pending flow calls, at most one per run.
+func (s *Store) FlowCallClaim(ctx context.Context, workerID string, limit int) ([]ClaimedFlowCall, error) {
+	rows, err := s.pool.Query(ctx, flowCallClaimSQL, workerID, limit, s.nowMillis())
+	if err != nil {
+		return nil, fmt.Errorf("claim flow calls: %w", interpretError(err))
+	}
+	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedFlowCall, error) {
+		var c ClaimedFlowCall
+		err := row.Scan(&c.ID, &c.RunID, &c.FlowName, &c.CompletedStage, &c.FailedStage, &c.Attempt)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim flow calls: %w", interpretError(err))
+	}
+	return claimed, nil
+}
+
+// FlowCallFinishParams is how one call of flow.sh ended.
+type FlowCallFinishParams struct {
+	CallID  string
+	Attempt int // fencing token: the attempt the worker ran
+	// Error is nil when flow.sh exited 0; otherwise the run fails with it.
+	Error    json.RawMessage
+	ExitCode *int
+}
+
+// FlowCallFinish records the end of a flow call, in one transaction. A
+// failed call fails the run, cancelling what of it is pending or running.
+// After a successful call, the run ends if nothing of it is pending or
+// running — completed when its last stage completed (or it scheduled none),
+// failed when its last stage failed — and otherwise the run's next queued
+// call, if any, becomes claimable. applied is false when fenced off.
+func (s *Store) FlowCallFinish(ctx context.Context, p FlowCallFinishParams) (applied bool, err error) {
+	if !validID(p.CallID) {
+		return false, fmt.Errorf("flow call %q: %w", p.CallID, core.ErrNotFound)
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		applied = false
+		now := s.nowMillis()
+		t := newTransition(ctx, tx, now)
+		var runID string
+		if err := tx.QueryRow(ctx, `SELECT run_id FROM flow_call WHERE id = $1`, p.CallID).Scan(&runID); err != nil {
+			return err
+		}
+		runStatus, err := t.lockRun(runID)
+		if err != nil {
+			return err
+		}
+		status := core.FlowCallCompleted
+		if p.Error != nil {
+			status = core.FlowCallFailed
+		}
+		tag, err := tx.Exec(ctx, `UPDATE flow_call SET status = $3, exit_code = $4, error = $5, completed_at = $6
+			WHERE id = $1 AND attempt = $2 AND status = 'running'`, p.CallID, p.Attempt, status, p.ExitCode, nullJSON(p.Error), now)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		applied = true
+		if runStatus.Terminal() {
+			return nil
+		}
+		if p.Error != nil {
+			if err := t.runFinish(runID, core.RunFailed, p.Error); err != nil {
+				return err
+			}
+			return t.settle()
+		}
+		var busy bool
+		var lastStatus *core.StageStatus
+		var lastName *string
+		if err := tx.QueryRow(ctx, `SELECT
+			    EXISTS (SELECT 1 FROM step WHERE run_id = $1 AND status IN ('pending', 'running'))
+			    OR EXISTS (SELECT 1 FROM flow_call WHERE run_id = $1 AND status IN ('pending', 'running'))
+			    OR EXISTS (SELECT 1 FROM stage WHERE run_id = $1 AND status = 'running'),
+			    (SELECT status FROM stage WHERE run_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1),
+			    (SELECT name FROM stage WHERE run_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1)`,
+			runID).Scan(&busy, &lastStatus, &lastName); err != nil {
+			return err
+		}
+		if busy {
+			if err := t.flowReadyRefresh(runID); err != nil {
+				return err
+			}
+			return t.settle()
+		}
+		if lastStatus != nil && *lastStatus == core.StageFailed {
+			runErr, _ := json.Marshal(map[string]any{"reason": core.ReasonStageFailed, "stage": *lastName,
+				"detail": "stage " + *lastName + " failed and the flow scheduled nothing after it"})
+			if err := t.runFinish(runID, core.RunFailed, runErr); err != nil {
+				return err
+			}
+		} else if err := t.runFinish(runID, core.RunCompleted, nil); err != nil {
+			return err
+		}
+		return t.settle()
+	})
+	if err != nil {
+		return false, fmt.Errorf("finish flow call: %w", err)
+	}
+	return applied, nil
+}

@@ -1,0 +1,19 @@
+// Package worker claims ready work from PostgreSQL and runs it: steps
+// (step.sh) up to MaxSteps at once and flow calls (flow.sh) up to MaxFlows.
+//
+// A worker is one loop. It wakes on a NOTIFY (a transaction made work
+// ready), on a script ending (a slot came free), at the earliest retry
+// backoff, and on a slow poll as a safety net; each time it claims, with one
+// statement per kind, as many ready items as it has free slots, and runs
+// each in a goroutine that ends by recording the result in one transaction
+// (store.StepFinish, store.FlowCallFinish). Results carry the attempt
+// number as a fencing token, so a result that comes after the work was
+// cancelled or handed to another worker changes nothing.
+//
+// A heartbeat renews the worker's row every HeartbeatInterval and, in the
+// same statement, learns which of its scripts are no longer its own
+// (cancelled, their run ended) so it stops them.
+//
+// Output is read line by line and written to the log table in batches by
+// one goroutine (COPY), with a per-script byte cap.
+package worker

@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/maxq-dev/maxq/internal/script"
+	"github.com/maxq-dev/maxq/internal/store"
+)
+
+// logBatcher writes the output of all of a worker's scripts to the log
+// table from one goroutine, a COPY per batch: every flushEvery, or sooner
+// when batchSize lines wait. Its queue is bounded, so a script that prints
+// faster than the database takes it is slowed, never buffered without end.
+type logBatcher struct {
+	store  *store.Store
+	logger *slog.Logger
+	lines  chan store.LogLine
+	done   chan struct{}
+}
+
+const (
+	batchSize  = 1000
+	flushEvery = 100 * time.Millisecond
+)
+
+func newLogBatcher(s *store.Store, logger *slog.Logger) *logBatcher {
+	b := &logBatcher{store: s, logger: logger, lines: make(chan store.LogLine, 4*batchSize), done: make(chan struct{})}
+	go b.loop()
+	return b
+}
+
+// sink returns the Output function for one script attempt.
+func (b *logBatcher) sink(runID, stepID, callID string, attempt int) func(script.Line) {
+	data := map[script.Stream]json.RawMessage{
+		script.Stdout: json.RawMessage(`{"stream":"stdout","attempt":` + strconv.Itoa(attempt) + `}`),
+		script.Stderr: json.RawMessage(`{"stream":"stderr","attempt":` + strconv.Itoa(attempt) + `}`),
+	}
+	return func(l script.Line) {
+		level := "info"
+		if l.Stream == script.Stderr {
+			level = "error"
+		}
+		b.lines <- store.LogLine{RunID: runID, StepID: stepID, FlowCallID: callID, Level: level,
+			Message: cleanText(l.Text), Data: data[l.Stream], CreatedAt: l.At.UnixMilli()}
+	}
+}
+
+// cleanText makes a line storable as PostgreSQL text: valid UTF-8, no NUL.
+func cleanText(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+func (b *logBatcher) loop() {
+	defer close(b.done)
+	batch := make([]store.LogLine, 0, batchSize)
+	tick := time.NewTicker(flushEvery)
+	defer tick.Stop()
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := b.store.LogAppend(ctx, batch); err != nil {
+			b.logger.Error("write script output to the log table", "lines", len(batch), "err", err)
+		}
+		cancel()
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case l, ok := <-b.lines:
+			if !ok {
+				flush()
+				return
+			}
+			batch = append(batch, l)
+			if len(batch) >= batchSize {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		}
+	}
+}
+
+// close flushes what is queued and stops; no sink may be used after it.
+func (b *logBatcher) close() {
+	close(b.lines)
+	<-b.done
+}

@@ -1,0 +1,470 @@
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/maxq-dev/maxq/internal/core"
+	"github.com/maxq-dev/maxq/internal/flow"
+	"github.com/maxq-dev/maxq/internal/script"
+	"github.com/maxq-dev/maxq/internal/store"
+)
+
+// Config configures a Worker. New fills the zero values with defaults.
+type Config struct {
+	Store   *store.Store
+	Catalog flow.Catalog
+	Logger  *slog.Logger
+	// APIURL is MAXQ_API in every script's environment.
+	APIURL string
+	// MaxSteps and MaxFlows bound how many step and flow scripts run at once.
+	MaxSteps int // default 10
+	MaxFlows int // default 4
+	// StepTimeout applies to steps that set no MAXQ_STEP_TIMEOUT; 0: none.
+	StepTimeout time.Duration
+	// FlowTimeout bounds one call of flow.sh (default 5 minutes).
+	FlowTimeout time.Duration
+	// KillGrace is the time between SIGTERM and SIGKILL (default 5 s).
+	KillGrace time.Duration
+	// MaxLogBytes caps what one script attempt writes to the log table
+	// (default 10 MiB; negative: no cap).
+	MaxLogBytes int64
+	// PassEnv lists the worker's variables passed on to scripts.
+	PassEnv []string
+	// PollInterval is the safety-net poll (default 2 s).
+	PollInterval time.Duration
+	// HeartbeatInterval is how often the worker renews its row and checks
+	// that its scripts are still its own (default 1 s).
+	HeartbeatInterval time.Duration
+	// Listen turns on LISTEN/NOTIFY wake-ups (default on; off behind
+	// poolers that cannot hold a LISTEN session).
+	Listen *bool
+	// ScratchDir holds each script's MAXQ_WORK_DIR (default: the OS temp
+	// directory).
+	ScratchDir string
+}
+
+// Worker runs flows and steps.
+type Worker struct {
+	cfg    Config
+	store  *store.Store
+	logger *slog.Logger
+	logs   *logBatcher
+
+	wake chan struct{}
+
+	mu        sync.Mutex
+	id        string
+	steps     map[string]*running // by step id
+	calls     map[string]*running // by flow call id
+	wg        sync.WaitGroup
+	stopping  bool
+	claimedN  int
+	finishedN int
+}
+
+// running is a script this worker runs.
+type running struct {
+	stop context.CancelFunc
+}
+
+// New returns a worker; call Run.
+func New(cfg Config) *Worker {
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)).With("component", "worker")
+	cfg.MaxSteps = cmp.Or(cfg.MaxSteps, 10)
+	cfg.MaxFlows = cmp.Or(cfg.MaxFlows, 4)
+	cfg.FlowTimeout = cmp.Or(cfg.FlowTimeout, 5*time.Minute)
+	cfg.KillGrace = cmp.Or(cfg.KillGrace, 5*time.Second)
+	cfg.MaxLogBytes = cmp.Or(cfg.MaxLogBytes, 10<<20)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, 2*time.Second)
+	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, time.Second)
+	cfg.ScratchDir = cmp.Or(cfg.ScratchDir, os.TempDir())
+	if cfg.Listen == nil {
+		on := true
+		cfg.Listen = &on
+	}
+	return &Worker{
+		cfg:    cfg,
+		store:  cfg.Store,
+		logger: cfg.Logger,
+		wake:   make(chan struct{}, 1),
+		steps:  map[string]*running{},
+		calls:  map[string]*running{},
+	}
+}
+
+// ID is the worker's id once Run has registered it.
+func (w *Worker) ID() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.id
+}
+
+func (w *Worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run claims and runs work until ctx is done, then waits for the scripts it
+// runs to finish.
+func (w *Worker) Run(ctx context.Context) error {
+	host, _ := os.Hostname()
+	id, err := w.store.WorkerRegister(ctx, host)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.id = id
+	w.mu.Unlock()
+	w.logger = w.logger.With("worker_id", id)
+	w.logger.Info("worker started", "max_steps", w.cfg.MaxSteps, "max_flows", w.cfg.MaxFlows, "listen", *w.cfg.Listen)
+
+	// Scripts outlive ctx: a shutdown lets them finish.
+	scriptCtx, stopScripts := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopScripts()
+	w.logs = newLogBatcher(w.store, w.logger)
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var bgWG sync.WaitGroup
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); w.heartbeat(bg) }()
+	if *w.cfg.Listen {
+		bgWG.Add(1)
+		go func() { defer bgWG.Done(); w.listen(bg) }()
+	}
+
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		next := w.fill(ctx, scriptCtx)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+		select {
+		case <-ctx.Done():
+		case <-w.wake:
+		case <-timer.C:
+		}
+	}
+
+	w.mu.Lock()
+	w.stopping = true
+	w.mu.Unlock()
+	w.logger.Info("worker stopping: waiting for running scripts")
+	w.wg.Wait()
+	stopBG()
+	bgWG.Wait()
+	w.logs.close()
+	if err := w.store.WorkerDeregister(context.WithoutCancel(ctx), id); err != nil {
+		w.logger.Warn("deregister worker", "err", err)
+	}
+	w.logger.Info("worker stopped")
+	return nil
+}
+
+// fill claims work for every free slot and starts it. It returns how long
+// to sleep before looking again, unless woken.
+func (w *Worker) fill(ctx, scriptCtx context.Context) time.Duration {
+	sleep := w.cfg.PollInterval
+	w.mu.Lock()
+	freeFlows := w.cfg.MaxFlows - len(w.calls)
+	freeSteps := w.cfg.MaxSteps - len(w.steps)
+	w.mu.Unlock()
+	if freeFlows > 0 {
+		calls, err := w.store.FlowCallClaim(ctx, w.id, freeFlows)
+		if err != nil {
+			w.logClaimError(ctx, err)
+			return sleep
+		}
+		for _, c := range calls {
+			w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) { w.runFlowCall(ctx, c) })
+		}
+	}
+	if freeSteps > 0 {
+		steps, err := w.store.StepClaim(ctx, w.id, freeSteps, w.cfg.StepTimeout.Milliseconds())
+		if err != nil {
+			w.logClaimError(ctx, err)
+			return sleep
+		}
+		for _, s := range steps {
+			w.start(scriptCtx, s.ID, w.steps, func(ctx context.Context) { w.runStep(ctx, s) })
+		}
+		if len(steps) < freeSteps {
+			// Nothing more is ready now; wake when a backoff ends.
+			if at, err := w.store.StepNextReady(ctx); err == nil && at > 0 {
+				if d := time.Until(time.UnixMilli(at)); d < sleep {
+					sleep = max(d, time.Millisecond)
+				}
+			}
+		}
+	}
+	return sleep
+}
+
+func (w *Worker) logClaimError(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		w.logger.Error("claim failed; retrying", "err", err)
+	}
+}
+
+// start runs fn in a goroutine as the item id of set, and pokes the loop
+// when it ends so the freed slot is filled.
+func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*running, fn func(context.Context)) {
+	ctx, stop := context.WithCancel(scriptCtx)
+	w.mu.Lock()
+	set[id] = &running{stop: stop}
+	w.claimedN++
+	w.mu.Unlock()
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer stop()
+		fn(ctx)
+		w.mu.Lock()
+		delete(set, id)
+		w.finishedN++
+		w.mu.Unlock()
+		w.poke()
+	}()
+}
+
+// runStep runs one step attempt and records its outcome.
+func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
+	log := w.logger.With("run_id", c.RunID, "step", c.Name, "sequence", c.Sequence, "attempt", c.Attempt)
+	workDir, cleanup := w.scratch(c.ID, c.Attempt)
+	defer cleanup()
+	env := script.Environ(w.cfg.PassEnv, c.Env, map[string]string{
+		"MAXQ_RUN_ID":         c.RunID,
+		"MAXQ_STEP_ID":        c.ID,
+		"MAXQ_STEP_NAME":      c.Name,
+		"MAXQ_STEP_SEQUENCE":  strconv.Itoa(c.Sequence),
+		"MAXQ_STEP_INSTANCES": strconv.Itoa(c.Instances),
+		"MAXQ_STEP_ATTEMPT":   strconv.Itoa(c.Attempt),
+		"MAXQ_FLOW_NAME":      c.FlowName,
+		"MAXQ_STAGE":          c.Stage,
+		"MAXQ_API":            w.cfg.APIURL,
+		"MAXQ_WORK_DIR":       workDir,
+		"TMPDIR":              workDir,
+	})
+	timeout := time.Duration(c.TimeoutMs) * time.Millisecond
+	res := script.Run(ctx, script.Spec{
+		Path:           w.cfg.Catalog.StepScript(c.FlowName, c.Name),
+		Dir:            w.cfg.Catalog.StepDir(c.FlowName, c.Name),
+		Env:            env,
+		Timeout:        timeout,
+		Grace:          w.cfg.KillGrace,
+		MaxOutputBytes: max(w.cfg.MaxLogBytes, 0),
+		Output:         w.logs.sink(c.RunID, c.ID, "", c.Attempt),
+	})
+	var stepErr json.RawMessage
+	if !res.Succeeded() {
+		stepErr = failure(res, timeout)
+	}
+	exit := exitCode(res)
+	_, applied, err := w.store.StepFinish(context.WithoutCancel(ctx), store.StepFinishParams{
+		StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true})
+	switch {
+	case err != nil:
+		log.Error("record step result", "err", err)
+	case !applied:
+		log.Info("step result discarded: the step is no longer this attempt's", "exit_code", res.ExitCode)
+	default:
+		log.Debug("step finished", "exit_code", res.ExitCode, "duration_ms", res.Duration.Milliseconds())
+	}
+}
+
+// runFlowCall runs one call of flow.sh and records its outcome.
+func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
+	log := w.logger.With("run_id", c.RunID, "flow", c.FlowName, "completed_stage", c.CompletedStage, "failed_stage", c.FailedStage)
+	workDir, cleanup := w.scratch(c.ID, c.Attempt)
+	defer cleanup()
+	env := script.Environ(w.cfg.PassEnv, nil, map[string]string{
+		"MAXQ_RUN_ID":          c.RunID,
+		"MAXQ_FLOW_NAME":       c.FlowName,
+		"MAXQ_API":             w.cfg.APIURL,
+		"MAXQ_COMPLETED_STAGE": c.CompletedStage,
+		"MAXQ_FAILED_STAGE":    c.FailedStage,
+		"MAXQ_WORK_DIR":        workDir,
+		"TMPDIR":               workDir,
+	})
+	var res script.Result
+	if _, err := w.cfg.Catalog.Flow(c.FlowName); err != nil {
+		res = script.Result{ExitCode: -1, StartErr: err}
+	} else {
+		res = script.Run(ctx, script.Spec{
+			Path:           w.cfg.Catalog.FlowScript(c.FlowName),
+			Dir:            filepath.Dir(w.cfg.Catalog.FlowScript(c.FlowName)),
+			Env:            env,
+			Timeout:        w.cfg.FlowTimeout,
+			Grace:          w.cfg.KillGrace,
+			MaxOutputBytes: max(w.cfg.MaxLogBytes, 0),
+			Output:         w.logs.sink(c.RunID, "", c.ID, c.Attempt),
+		})
+	}
+	var callErr json.RawMessage
+	if !res.Succeeded() {
+		var detail map[string]any
+		_ = json.Unmarshal(failure(res, w.cfg.FlowTimeout), &detail)
+		detail["cause"] = detail["reason"]
+		detail["reason"] = core.ReasonFlowFailed
+		if c.FailedStage != "" {
+			detail["failedStage"] = c.FailedStage
+		}
+		if c.CompletedStage != "" {
+			detail["completedStage"] = c.CompletedStage
+		}
+		callErr, _ = json.Marshal(detail)
+	}
+	applied, err := w.store.FlowCallFinish(context.WithoutCancel(ctx), store.FlowCallFinishParams{
+		CallID: c.ID, Attempt: c.Attempt, Error: callErr, ExitCode: exitCode(res)})
+	switch {
+	case err != nil:
+		log.Error("record flow call result", "err", err)
+	case !applied:
+		log.Info("flow call result discarded: the call is no longer this attempt's", "exit_code", res.ExitCode)
+	case callErr != nil:
+		log.Warn("flow.sh failed; run failed", "exit_code", res.ExitCode, "stderr", res.StderrTail)
+	}
+}
+
+// failure describes a failed script run as an error object.
+func failure(res script.Result, timeout time.Duration) json.RawMessage {
+	e := map[string]any{}
+	switch {
+	case res.StartErr != nil:
+		e["reason"] = core.ReasonStartFailed
+		e["detail"] = res.StartErr.Error()
+	case res.TimedOut:
+		e["reason"] = core.ReasonTimeout
+		e["timeoutMs"] = timeout.Milliseconds()
+	case res.Stopped:
+		e["reason"] = core.ReasonCancelled
+	default:
+		e["reason"] = core.ReasonExitCode
+		e["exitCode"] = res.ExitCode
+	}
+	if res.StderrTail != "" {
+		e["stderr"] = res.StderrTail
+	}
+	b, _ := json.Marshal(e)
+	return b
+}
+
+func exitCode(res script.Result) *int {
+	if res.StartErr != nil || res.ExitCode < 0 {
+		return nil
+	}
+	return &res.ExitCode
+}
+
+// scratch makes the per-attempt MAXQ_WORK_DIR.
+func (w *Worker) scratch(id string, attempt int) (string, func()) {
+	dir := filepath.Join(w.cfg.ScratchDir, "maxq-work", id+"-"+strconv.Itoa(attempt))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		w.logger.Warn("create scratch directory", "dir", dir, "err", err)
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }
+}
+
+// heartbeat renews the worker's row and stops scripts that are no longer
+// its own.
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		steps, calls := keys(w.steps), keys(w.calls)
+		w.mu.Unlock()
+		lostSteps, lostCalls, err := w.store.WorkerHeartbeat(ctx, w.id, steps, calls)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.logger.Warn("heartbeat failed", "err", err)
+			}
+			continue
+		}
+		w.mu.Lock()
+		for _, id := range lostSteps {
+			if r := w.steps[id]; r != nil {
+				w.logger.Info("stopping step: no longer ours", "step_id", id)
+				r.stop()
+			}
+		}
+		for _, id := range lostCalls {
+			if r := w.calls[id]; r != nil {
+				w.logger.Info("stopping flow call: no longer ours", "flow_call_id", id)
+				r.stop()
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// listen wakes the loop on every NOTIFY, reconnecting after errors.
+func (w *Worker) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := w.listenOnce(ctx, w.store.Pool())
+		if ctx.Err() != nil {
+			return
+		}
+		w.logger.Warn("LISTEN connection lost; reconnecting", "err", err)
+		w.poke()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (w *Worker) listenOnce(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+store.NotifyChannel); err != nil {
+		return err
+	}
+	defer func() {
+		// The connection goes back to the pool: stop listening on it.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "UNLISTEN *")
+	}()
+	w.poke() // catch up on what was made ready while not listening
+	for {
+		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return fmt.Errorf("wait for notification: %w", err)
+		}
+		w.poke()
+	}
+}
+
+func keys(m map[string]*running) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
