@@ -61,15 +61,9 @@ func (t *transition) stepsFailed(runID string, names []string, stages map[string
 	failedStages := keys(stages)
 	for len(names) > 0 || len(failedStages) > 0 {
 		var next []string
-		if len(failedStages) > 0 {
-			cancelled, err := t.failStages(failedStages)
-			if err != nil {
-				return err
-			}
-			next = append(next, cancelled...)
-			failedStages = nil
-		}
 		if len(names) > 0 {
+			// Dependents first, so they fail as dependency_failed rather
+			// than being cancelled with the rest of their stage.
 			rows, err := t.tx.Query(t.ctx, `UPDATE step
 				SET status = 'failed', completed_at = $3,
 				    error = jsonb_build_object('reason', 'dependency_failed', 'failed_step',
@@ -79,21 +73,25 @@ func (t *transition) stepsFailed(runID string, names []string, stages map[string
 			if err != nil {
 				return fmt.Errorf("fail dependents: %w", err)
 			}
-			dependents, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) ([2]string, error) {
-				var r [2]string
-				err := row.Scan(&r[0], &r[1])
-				return r, err
-			})
-			if err != nil {
+			var name, stageID string
+			touched := map[string]int{}
+			if _, err := pgx.ForEachRow(rows, []any{&name, &stageID}, func() error {
+				next = append(next, name)
+				touched[stageID]++
+				t.done[stageID]++
+				return nil
+			}); err != nil {
 				return fmt.Errorf("fail dependents: %w", err)
 			}
-			touched := map[string]int{}
-			for _, d := range dependents {
-				next = append(next, d[0])
-				touched[d[1]]++
-				t.done[d[1]]++
+			failedStages = dedupe(append(failedStages, keys(touched)...))
+		}
+		if len(failedStages) > 0 {
+			cancelled, err := t.failStages(failedStages)
+			if err != nil {
+				return err
 			}
-			failedStages = keys(touched)
+			next = append(next, cancelled...)
+			failedStages = nil
 		}
 		names = dedupe(next)
 	}

@@ -19,8 +19,15 @@ import (
 type logBatcher struct {
 	store  *store.Store
 	logger *slog.Logger
-	lines  chan store.LogLine
+	lines  chan logItem
 	done   chan struct{}
+}
+
+// logItem is a line to write, or a barrier: flushed is closed once every
+// line queued before it is written.
+type logItem struct {
+	line    store.LogLine
+	flushed chan struct{}
 }
 
 const (
@@ -29,7 +36,7 @@ const (
 )
 
 func newLogBatcher(s *store.Store, logger *slog.Logger) *logBatcher {
-	b := &logBatcher{store: s, logger: logger, lines: make(chan store.LogLine, 4*batchSize), done: make(chan struct{})}
+	b := &logBatcher{store: s, logger: logger, lines: make(chan logItem, 4*batchSize), done: make(chan struct{})}
 	go b.loop()
 	return b
 }
@@ -45,8 +52,8 @@ func (b *logBatcher) sink(runID, stepID, callID string, attempt int) func(script
 		if l.Stream == script.Stderr {
 			level = "error"
 		}
-		b.lines <- store.LogLine{RunID: runID, StepID: stepID, FlowCallID: callID, Level: level,
-			Message: cleanText(l.Text), Data: data[l.Stream], CreatedAt: l.At.UnixMilli()}
+		b.lines <- logItem{line: store.LogLine{RunID: runID, StepID: stepID, FlowCallID: callID, Level: level,
+			Message: cleanText(l.Text), Data: data[l.Stream], CreatedAt: l.At.UnixMilli()}}
 	}
 }
 
@@ -74,19 +81,32 @@ func (b *logBatcher) loop() {
 	}
 	for {
 		select {
-		case l, ok := <-b.lines:
-			if !ok {
+		case it, ok := <-b.lines:
+			switch {
+			case !ok:
 				flush()
 				return
-			}
-			batch = append(batch, l)
-			if len(batch) >= batchSize {
+			case it.flushed != nil:
 				flush()
+				close(it.flushed)
+			default:
+				batch = append(batch, it.line)
+				if len(batch) >= batchSize {
+					flush()
+				}
 			}
 		case <-tick.C:
 			flush()
 		}
 	}
+}
+
+// sync returns once every line queued so far is written, so a script's
+// output is in the log table before its result is recorded.
+func (b *logBatcher) sync() {
+	done := make(chan struct{})
+	b.lines <- logItem{flushed: done}
+	<-done
 }
 
 // close flushes what is queued and stops; no sink may be used after it.

@@ -272,6 +272,7 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 		MaxOutputBytes: max(w.cfg.MaxLogBytes, 0),
 		Output:         w.logs.sink(c.RunID, c.ID, "", c.Attempt),
 	})
+	w.logs.sync()
 	var stepErr json.RawMessage
 	if !res.Succeeded() {
 		stepErr = failure(res, timeout)
@@ -317,6 +318,7 @@ func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 			Output:         w.logs.sink(c.RunID, "", c.ID, c.Attempt),
 		})
 	}
+	w.logs.sync()
 	var callErr json.RawMessage
 	if !res.Succeeded() {
 		var detail map[string]any
