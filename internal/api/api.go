@@ -6,10 +6,13 @@
 package api
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
 
+	"github.com/maxq-dev/maxq/internal/auth"
+	"github.com/maxq-dev/maxq/internal/core"
 	"github.com/maxq-dev/maxq/internal/flow"
 	"github.com/maxq-dev/maxq/internal/store"
 )
@@ -24,55 +27,118 @@ type Config struct {
 	Logger  *slog.Logger
 	// MaxBodyBytes caps every request body (default 10 MiB).
 	MaxBodyBytes int64
+	// MaxArtifactBytes caps one artifact's value (default 5 MiB).
+	MaxArtifactBytes int64
+	// Tokens checks bearer tokens; the zero value leaves the API open.
+	Tokens auth.Tokens
 }
 
 type server struct {
-	store   *store.Store
-	catalog flow.Catalog
-	logger  *slog.Logger
-	maxBody int64
+	store       *store.Store
+	catalog     flow.Catalog
+	logger      *slog.Logger
+	maxBody     int64
+	maxArtifact int64
+	tokens      auth.Tokens
 }
+
+// access is who may call a route.
+type access int
+
+const (
+	adminOnly access = iota // the API token only: trigger, list runs, cancel, retry
+	anyCaller               // any valid token: list flows
+	ownRun                  // the API token, or the run token of {runId}
+	ownStep                 // the API token, or the run token of the run of {stepId}
+)
 
 // New returns the API as an http.Handler.
 func New(c Config) http.Handler {
-	s := &server{store: c.Store, catalog: c.Catalog, logger: c.Logger, maxBody: c.MaxBodyBytes}
+	s := &server{store: c.Store, catalog: c.Catalog, logger: c.Logger, maxBody: c.MaxBodyBytes,
+		maxArtifact: c.MaxArtifactBytes, tokens: c.Tokens}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = 10 << 20
 	}
-	mux := http.NewServeMux()
-	route := func(pattern string, h func(http.ResponseWriter, *http.Request) error) {
-		method, p, _ := strings.Cut(pattern, " ")
-		mux.Handle(method+" "+Prefix+p, s.handle(h))
+	if s.maxArtifact <= 0 {
+		s.maxArtifact = 5 << 20
 	}
-	route("GET /flows", s.flowList)
-	route("POST /flows/{flowName}/runs", s.runTrigger)
-	route("GET /runs", s.runList)
-	route("GET /runs/{runId}", s.runGet)
-	route("POST /runs/{runId}/steps", s.stageSchedule)
-	route("GET /runs/{runId}/steps", s.stepList)
-	route("GET /steps/{stepId}", s.stepGet)
-	route("PATCH /steps/{stepId}", s.stepPatch)
-	route("POST /runs/{runId}/artifacts", s.artifactCreate)
-	route("GET /runs/{runId}/artifacts", s.artifactList)
-	route("GET /runs/{runId}/artifacts/{artifactId}", s.artifactGet)
+	mux := http.NewServeMux()
+	route := func(pattern string, who access, h func(http.ResponseWriter, *http.Request) error) {
+		method, p, _ := strings.Cut(pattern, " ")
+		mux.Handle(method+" "+Prefix+p, s.handle(who, h))
+	}
+	route("GET /flows", anyCaller, s.flowList)
+	route("POST /flows/{flowName}/runs", adminOnly, s.runTrigger)
+	route("GET /runs", adminOnly, s.runList)
+	route("GET /runs/{runId}", ownRun, s.runGet)
+	route("POST /runs/{runId}/cancel", adminOnly, s.runCancel)
+	route("POST /runs/{runId}/retry", adminOnly, s.runRetry)
+	route("POST /runs/{runId}/steps", ownRun, s.stageSchedule)
+	route("GET /runs/{runId}/steps", ownRun, s.stepList)
+	route("GET /steps/{stepId}", ownStep, s.stepGet)
+	route("PATCH /steps/{stepId}", ownStep, s.stepPatch)
+	route("POST /runs/{runId}/artifacts", ownRun, s.artifactCreate)
+	route("GET /runs/{runId}/artifacts", ownRun, s.artifactList)
+	route("GET /runs/{runId}/artifacts/{artifactId}", ownRun, s.artifactGet)
 	return s.guard(mux)
 }
 
 // handle adapts a handler that returns an error into an http.Handler that
-// answers the error with the error body.
-func (s *server) handle(h func(http.ResponseWriter, *http.Request) error) http.Handler {
+// checks the caller's token against who may call the route, and answers
+// any error with the error body.
+func (s *server) handle(who access, h func(http.ResponseWriter, *http.Request) error) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
+		err := s.authorize(r, who)
+		if err == nil {
+			err = h(w, r)
+		}
+		if err != nil {
 			status, code, msg, details := statusFor(err)
+			if status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="maxq"`)
+			}
 			if status >= 500 {
 				s.logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			}
 			writeError(w, status, code, msg, details)
 		}
 	})
+}
+
+// authorize checks the request's bearer token against who may call the
+// route: 401 without a valid token, 403 with a run token outside its run.
+func (s *server) authorize(r *http.Request, who access) error {
+	caller, ok := s.tokens.Check(r)
+	if !ok {
+		return &httpError{status: http.StatusUnauthorized, code: CodeUnauthorized,
+			message: "missing or invalid bearer token (Authorization: Bearer <token>)"}
+	}
+	if caller.Admin || who == anyCaller {
+		return nil
+	}
+	forbidden := &httpError{status: http.StatusForbidden, code: CodeForbidden,
+		message: "this token is valid only for its own run"}
+	switch who {
+	case ownRun:
+		if r.PathValue("runId") == caller.RunID {
+			return nil
+		}
+	case ownStep:
+		st, err := s.store.StepGet(r.Context(), r.PathValue("stepId"))
+		if err != nil {
+			if errors.Is(err, core.ErrNotFound) {
+				return forbidden
+			}
+			return err
+		}
+		if st.RunID == caller.RunID {
+			return nil
+		}
+	}
+	return forbidden
 }
 
 // guard answers what the routes cannot: paths with dot segments (which the

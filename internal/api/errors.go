@@ -16,6 +16,8 @@ const (
 	CodeConflict         = "CONFLICT"
 	CodeTooLarge         = "PAYLOAD_TOO_LARGE"
 	CodeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	CodeUnauthorized     = "UNAUTHORIZED"
+	CodeForbidden        = "FORBIDDEN"
 	CodeInternal         = "INTERNAL_ERROR"
 )
 

@@ -128,6 +128,22 @@ func (s *server) runGet(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// runCancel cancels a run; see store.RunCancel.
+func (s *server) runCancel(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.store.RunCancel(r.Context(), r.PathValue("runId")); err != nil {
+		return err
+	}
+	return s.runGet(w, r)
+}
+
+// runRetry resumes a failed run; see store.RunRetry.
+func (s *server) runRetry(w http.ResponseWriter, r *http.Request) error {
+	if _, err := s.store.RunRetry(r.Context(), r.PathValue("runId")); err != nil {
+		return err
+	}
+	return s.runGet(w, r)
+}
+
 var runStatuses = []string{"pending", "running", "completed", "failed", "cancelled"}
 
 func (s *server) runList(w http.ResponseWriter, r *http.Request) error {
@@ -498,6 +514,11 @@ func (s *server) artifactCreate(w http.ResponseWriter, r *http.Request) error {
 	}
 	if req.Value == nil || string(req.Value) == "null" {
 		bad("value", "is required (any JSON but null)")
+	}
+	if int64(len(req.Value)) > s.maxArtifact {
+		return &httpError{status: http.StatusRequestEntityTooLarge, code: CodeTooLarge,
+			message: fmt.Sprintf("artifact value is %d bytes; the limit is %d (MAXQ_MAX_ARTIFACT_BYTES)", len(req.Value), s.maxArtifact),
+			details: map[string]string{"value": "too large", "limit": strconv.FormatInt(s.maxArtifact, 10)}}
 	}
 	if len(req.Tags) > maxTags {
 		bad("tags", fmt.Sprintf("at most %d tags", maxTags))

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/maxq-dev/maxq/internal/api"
+	"github.com/maxq-dev/maxq/internal/auth"
 	"github.com/maxq-dev/maxq/internal/config"
 	"github.com/maxq-dev/maxq/internal/flow"
+	"github.com/maxq-dev/maxq/internal/reaper"
 	"github.com/maxq-dev/maxq/internal/store"
 	"github.com/maxq-dev/maxq/internal/worker"
 )
@@ -31,19 +33,20 @@ func RunLocal(ctx context.Context, cfg config.Config, logger *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("listen on %s (MAXQ_HOST, MAXQ_PORT): %w", cfg.ListenAddr(), err)
 	}
-	handler := api.New(api.Config{Store: store.New(db.Pool), Catalog: catalog, Logger: logger, MaxBodyBytes: cfg.MaxBodyBytes})
+	handler := api.New(api.Config{Store: store.New(db.Pool), Catalog: catalog, Logger: logger, MaxBodyBytes: cfg.MaxBodyBytes,
+		MaxArtifactBytes: cfg.MaxArtifactBytes, Tokens: auth.New(cfg.APIToken)})
 	apiURL := cmp.Or(cfg.APIURL, LocalAPIURL(ln.Addr()))
-	w := worker.New(WorkerConfig(cfg, store.New(db.Pool), catalog, logger, apiURL))
-	logger.Info("MaxQ is up", "api", apiURL, "flows_root", catalog.Root, "auth", "none (development)")
+	logger.Info("MaxQ is up", "api", apiURL, "flows_root", catalog.Root, "auth", authMode(cfg))
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 2)
-	go func() { errc <- Serve(ctx, ln, handler, 10*time.Second) }()
-	go func() { errc <- w.Run(ctx) }()
-	err = <-errc
-	cancel()
-	return errors.Join(err, <-errc)
+	// The API outlives the worker, whose scripts may call it while it
+	// shuts down gracefully.
+	apiCtx, stopAPI := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAPI()
+	served := make(chan error, 1)
+	go func() { served <- Serve(apiCtx, ln, handler, 10*time.Second) }()
+	err = runWorker(ctx, cfg, store.New(db.Pool), catalog, logger, apiURL)
+	stopAPI()
+	return errors.Join(err, <-served)
 }
 
 // LocalAPIURL is the API's base URL for scripts of a worker in the same
@@ -60,18 +63,38 @@ func LocalAPIURL(addr net.Addr) string {
 // WorkerConfig is the worker's configuration from MaxQ's.
 func WorkerConfig(cfg config.Config, st *store.Store, catalog flow.Catalog, logger *slog.Logger, apiURL string) worker.Config {
 	return worker.Config{
-		Store:        st,
-		Catalog:      catalog,
-		Logger:       logger,
-		APIURL:       apiURL,
-		MaxSteps:     cfg.MaxConcurrentSteps,
-		MaxFlows:     cfg.MaxConcurrentFlows,
-		StepTimeout:  cfg.StepTimeout,
-		FlowTimeout:  cfg.FlowTimeout,
-		MaxLogBytes:  cfg.MaxLogBytes,
-		PassEnv:      cfg.PassEnv,
-		PollInterval: cfg.PollInterval,
+		Store:         st,
+		Catalog:       catalog,
+		Logger:        logger,
+		APIURL:        apiURL,
+		MaxSteps:      cfg.MaxConcurrentSteps,
+		MaxFlows:      cfg.MaxConcurrentFlows,
+		StepTimeout:   cfg.StepTimeout,
+		FlowTimeout:   cfg.FlowTimeout,
+		MaxLogBytes:   cfg.MaxLogBytes,
+		PassEnv:       cfg.PassEnv,
+		PollInterval:  cfg.PollInterval,
+		Listen:        &cfg.Listen,
+		LeaseTTL:      cfg.LeaseTTL,
+		ShutdownGrace: cfg.ShutdownGrace,
+		Tokens:        auth.New(cfg.APIToken),
 	}
+}
+
+// ReaperConfig is the reaper's configuration from MaxQ's.
+func ReaperConfig(cfg config.Config, st *store.Store, logger *slog.Logger) reaper.Config {
+	return reaper.Config{Store: st, Logger: logger, LeaseTTL: cfg.LeaseTTL, Interval: cfg.ReaperInterval}
+}
+
+// runWorker runs a worker and its reaper until ctx is done and the worker
+// has stopped.
+func runWorker(ctx context.Context, cfg config.Config, st *store.Store, catalog flow.Catalog, logger *slog.Logger, apiURL string) error {
+	rctx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- reaper.New(ReaperConfig(cfg, st, logger)).Run(rctx) }()
+	err := worker.New(WorkerConfig(cfg, st, catalog, logger, apiURL)).Run(ctx)
+	stopReaper()
+	return errors.Join(err, <-done)
 }
 
 // OpenCatalog checks FLOWS_ROOT and logs every problem found under it.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/maxq-dev/maxq/internal/api"
+	"github.com/maxq-dev/maxq/internal/auth"
 	"github.com/maxq-dev/maxq/internal/config"
 	"github.com/maxq-dev/maxq/internal/store"
-	"github.com/maxq-dev/maxq/internal/worker"
 )
 
 // RunAPI serves the HTTP API alone until ctx is done (cmd/api outside
@@ -30,9 +30,9 @@ func RunAPI(ctx context.Context, cfg config.Config, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s (MAXQ_HOST, MAXQ_PORT): %w", cfg.ListenAddr(), err)
 	}
-	logger.Info("MaxQ API is up", "api", "http://"+ln.Addr().String()+api.Prefix, "flows_root", catalog.Root)
+	logger.Info("MaxQ API is up", "api", "http://"+ln.Addr().String()+api.Prefix, "flows_root", catalog.Root, "auth", authMode(cfg))
 	return Serve(ctx, ln, api.New(api.Config{Store: store.New(db.Pool), Catalog: catalog, Logger: logger,
-		MaxBodyBytes: cfg.MaxBodyBytes}), 10*time.Second)
+		MaxBodyBytes: cfg.MaxBodyBytes, MaxArtifactBytes: cfg.MaxArtifactBytes, Tokens: auth.New(cfg.APIToken)}), 10*time.Second)
 }
 
 // RunWorker runs a worker alone until ctx is done (cmd/worker outside
@@ -53,5 +53,13 @@ func RunWorker(ctx context.Context, cfg config.Config, logger *slog.Logger) erro
 		apiURL = "http://127.0.0.1:" + strconv.Itoa(cfg.Port) + api.Prefix
 		logger.Warn("MAXQ_API_URL is not set; scripts will call the API on this machine", "api", apiURL)
 	}
-	return worker.New(WorkerConfig(cfg, store.New(db.Pool), catalog, logger, apiURL)).Run(ctx)
+	return runWorker(ctx, cfg, store.New(db.Pool), catalog, logger, apiURL)
+}
+
+// authMode says in the start-up log whether the API is open.
+func authMode(cfg config.Config) string {
+	if cfg.APIToken == "" {
+		return "none: the API is open (set MAXQ_API_TOKEN to require a bearer token)"
+	}
+	return "bearer token (MAXQ_API_TOKEN)"
 }

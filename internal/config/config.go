@@ -44,6 +44,18 @@ type Config struct {
 	PassEnv []string // MAXQ_PASS_ENV (comma-separated)
 	// PollInterval is how often a worker looks for work without a NOTIFY.
 	PollInterval time.Duration // MAXQ_POLL_INTERVAL_MS
+	// Listen turns LISTEN/NOTIFY wake-ups on; off, workers only poll.
+	Listen bool // MAXQ_LISTEN
+	// LeaseTTL: work of a worker whose heartbeat is older is recovered.
+	LeaseTTL time.Duration // MAXQ_LEASE_TTL (seconds)
+	// ReaperInterval is the time between reaper sweeps.
+	ReaperInterval time.Duration // MAXQ_REAPER_INTERVAL (seconds)
+	// ShutdownGrace is how long a stopping worker lets scripts finish.
+	ShutdownGrace time.Duration // MAXQ_SHUTDOWN_GRACE (seconds)
+	// MaxArtifactBytes caps one artifact's value.
+	MaxArtifactBytes int64 // MAXQ_MAX_ARTIFACT_BYTES
+	// APIToken, when set, is the bearer token every API request needs.
+	APIToken string // MAXQ_API_TOKEN
 }
 
 // Defaults returns the specification's defaults. FlowsRoot and DatabaseURL
@@ -60,6 +72,11 @@ func Defaults() Config {
 		MaxLogBytes:        10 << 20,
 		PassEnv:            []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM"},
 		PollInterval:       2 * time.Second,
+		Listen:             true,
+		LeaseTTL:           15 * time.Second,
+		ReaperInterval:     5 * time.Second,
+		ShutdownGrace:      30 * time.Second,
+		MaxArtifactBytes:   5 << 20,
 	}
 }
 
@@ -81,11 +98,20 @@ func Parse(getenv func(string) string, c Config) (Config, error) {
 	p.bytes("MAXQ_MAX_LOG_BYTES", &c.MaxLogBytes, 0)
 	p.list("MAXQ_PASS_ENV", &c.PassEnv)
 	p.millis("MAXQ_POLL_INTERVAL_MS", &c.PollInterval, 10)
+	p.boolean("MAXQ_LISTEN", &c.Listen)
+	p.seconds("MAXQ_LEASE_TTL", &c.LeaseTTL, 2)
+	p.seconds("MAXQ_REAPER_INTERVAL", &c.ReaperInterval, 1)
+	p.seconds("MAXQ_SHUTDOWN_GRACE", &c.ShutdownGrace, 1)
+	p.bytes("MAXQ_MAX_ARTIFACT_BYTES", &c.MaxArtifactBytes, 1)
+	p.str("MAXQ_API_TOKEN", &c.APIToken)
 	if c.Host != "" && net.ParseIP(c.Host) == nil && !validHostname(c.Host) {
 		p.fail("MAXQ_HOST", c.Host, "not an IP address or host name")
 	}
 	if c.APIURL != "" && !strings.HasPrefix(c.APIURL, "http://") && !strings.HasPrefix(c.APIURL, "https://") {
 		p.fail("MAXQ_API_URL", c.APIURL, "must start with http:// or https://")
+	}
+	if c.APIToken != "" && len(c.APIToken) < 16 {
+		p.errs = append(p.errs, errors.New("MAXQ_API_TOKEN: must be at least 16 characters"))
 	}
 	return c, errors.Join(p.errs...)
 }

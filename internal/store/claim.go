@@ -216,31 +216,7 @@ func (s *Store) FlowCallFinish(ctx context.Context, p FlowCallFinishParams) (app
 			}
 			return t.settle()
 		}
-		var busy bool
-		var lastStatus *core.StageStatus
-		var lastName *string
-		if err := tx.QueryRow(ctx, `SELECT
-			    EXISTS (SELECT 1 FROM step WHERE run_id = $1 AND status IN ('pending', 'running'))
-			    OR EXISTS (SELECT 1 FROM flow_call WHERE run_id = $1 AND status IN ('pending', 'running'))
-			    OR EXISTS (SELECT 1 FROM stage WHERE run_id = $1 AND status = 'running'),
-			    (SELECT status FROM stage WHERE run_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1),
-			    (SELECT name FROM stage WHERE run_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1)`,
-			runID).Scan(&busy, &lastStatus, &lastName); err != nil {
-			return err
-		}
-		if busy {
-			if err := t.flowReadyRefresh(runID); err != nil {
-				return err
-			}
-			return t.settle()
-		}
-		if lastStatus != nil && *lastStatus == core.StageFailed {
-			runErr, _ := json.Marshal(map[string]any{"reason": core.ReasonStageFailed, "stage": *lastName,
-				"detail": "stage " + *lastName + " failed and the flow scheduled nothing after it"})
-			if err := t.runFinish(runID, core.RunFailed, runErr); err != nil {
-				return err
-			}
-		} else if err := t.runFinish(runID, core.RunCompleted, nil); err != nil {
+		if err := t.runSettleIfIdle(runID); err != nil {
 			return err
 		}
 		return t.settle()
@@ -249,4 +225,31 @@ func (s *Store) FlowCallFinish(ctx context.Context, p FlowCallFinishParams) (app
 		return false, fmt.Errorf("finish flow call: %w", err)
 	}
 	return applied, nil
+}
+
+// runSettleIfIdle ends a run that has nothing pending or running — completed
+// when its last stage completed (or it scheduled none), failed when its
+// last stage failed — and otherwise makes its next queued flow call
+// claimable. The caller holds the run's lock.
+func (t *transition) runSettleIfIdle(runID string) error {
+	var busy bool
+	var lastStatus *core.StageStatus
+	var lastName *string
+	if err := t.tx.QueryRow(t.ctx, `SELECT
+		    EXISTS (SELECT 1 FROM step WHERE run_id = $1 AND status IN ('pending', 'running'))
+		    OR EXISTS (SELECT 1 FROM flow_call WHERE run_id = $1 AND status IN ('pending', 'running')),
+		    (SELECT status FROM stage WHERE run_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1),
+		    (SELECT name FROM stage WHERE run_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1)`,
+		runID).Scan(&busy, &lastStatus, &lastName); err != nil {
+		return fmt.Errorf("look at run: %w", err)
+	}
+	if busy {
+		return t.flowReadyRefresh(runID)
+	}
+	if lastStatus != nil && *lastStatus == core.StageFailed {
+		runErr, _ := json.Marshal(map[string]any{"reason": core.ReasonStageFailed, "stage": *lastName,
+			"detail": "stage " + *lastName + " failed and the flow scheduled nothing after it"})
+		return t.runFinish(runID, core.RunFailed, runErr)
+	}
+	return t.runFinish(runID, core.RunCompleted, nil)
 }

@@ -124,57 +124,10 @@ func (s *Store) StepFinish(ctx context.Context, p StepFinishParams) (st core.Ste
 		return core.Step{}, false, fmt.Errorf("step %q: %w", p.StepID, core.ErrNotFound)
 	}
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		applied = false
-		now := s.nowMillis()
-		var stageID string
-		var attempt, retryCount, maxRetries int
-		var status core.StepStatus
-		var runID, name string
-		err := tx.QueryRow(ctx, `SELECT run_id, stage_id, name, status, attempt, retry_count, max_retries
-			FROM step WHERE id = $1 FOR UPDATE`, p.StepID).Scan(&runID, &stageID, &name, &status, &attempt, &retryCount, &maxRetries)
-		if err != nil {
+		t := newTransition(ctx, tx, s.nowMillis())
+		var err error
+		if applied, err = t.stepFinish(p); err != nil {
 			return err
-		}
-		if status.Terminal() {
-			if p.Attempt != 0 {
-				return nil
-			}
-			return fmt.Errorf("%w: step is %s", core.ErrConflict, status)
-		}
-		if p.Attempt != 0 && (status != core.StepRunning || attempt != p.Attempt) {
-			return nil
-		}
-		applied = true
-		t := newTransition(ctx, tx, now)
-		switch {
-		case p.Completed:
-			if _, err := tx.Exec(ctx, `UPDATE step SET status = 'completed', output = coalesce($2::jsonb, output),
-				    error = NULL, exit_code = $3, completed_at = $4, duration_ms = $4 - coalesce(started_at, $4)
-				WHERE id = $1`, p.StepID, nullJSON(p.Output), p.ExitCode, now); err != nil {
-				return err
-			}
-			if err := t.stepCompleted(runID, stageID, name); err != nil {
-				return err
-			}
-		case p.Retry && retryCount < maxRetries:
-			readyAt := now + core.Backoff(retryCount+1).Milliseconds()
-			if _, err := tx.Exec(ctx, `UPDATE step SET status = 'pending', retry_count = retry_count + 1, ready_at = $2,
-				    error = $3, exit_code = $4, worker_id = NULL, deadline_at = NULL
-				WHERE id = $1`, p.StepID, readyAt, nullJSON(p.Error), p.ExitCode); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `DELETE FROM artifact WHERE step_id = $1`, p.StepID); err != nil {
-				return err
-			}
-		default:
-			if _, err := tx.Exec(ctx, `UPDATE step SET status = 'failed', error = $2, exit_code = $3,
-				    completed_at = $4, duration_ms = $4 - coalesce(started_at, $4)
-				WHERE id = $1`, p.StepID, nullJSON(p.Error), p.ExitCode, now); err != nil {
-				return err
-			}
-			if err := t.stepsFailed(runID, []string{name}, map[string]int{stageID: 1}); err != nil {
-				return err
-			}
 		}
 		if err := t.settle(); err != nil {
 			return err
@@ -185,6 +138,87 @@ func (s *Store) StepFinish(ctx context.Context, p StepFinishParams) (st core.Ste
 		return core.Step{}, false, fmt.Errorf("finish step: %w", err)
 	}
 	return st, applied, nil
+}
+
+// stepFinish applies one attempt's outcome within the transition; see
+// StepFinish. The caller settles.
+func (t *transition) stepFinish(p StepFinishParams) (bool, error) {
+	ctx, tx, now := t.ctx, t.tx, t.now
+	var stageID string
+	var attempt, retryCount, maxRetries int
+	var status core.StepStatus
+	var runID, name string
+	err := tx.QueryRow(ctx, `SELECT run_id, stage_id, name, status, attempt, retry_count, max_retries
+		FROM step WHERE id = $1 FOR UPDATE`, p.StepID).Scan(&runID, &stageID, &name, &status, &attempt, &retryCount, &maxRetries)
+	if err != nil {
+		return false, err
+	}
+	if status.Terminal() {
+		if p.Attempt != 0 {
+			return false, nil
+		}
+		return false, fmt.Errorf("%w: step is %s", core.ErrConflict, status)
+	}
+	if p.Attempt != 0 && (status != core.StepRunning || attempt != p.Attempt) {
+		return false, nil
+	}
+	switch {
+	case p.Completed:
+		if _, err := tx.Exec(ctx, `UPDATE step SET status = 'completed', output = coalesce($2::jsonb, output),
+			    error = NULL, exit_code = $3, completed_at = $4, duration_ms = $4 - coalesce(started_at, $4)
+			WHERE id = $1`, p.StepID, nullJSON(p.Output), p.ExitCode, now); err != nil {
+			return false, err
+		}
+		if err := t.stepCompleted(runID, stageID, name); err != nil {
+			return false, err
+		}
+	case p.Retry && retryCount < maxRetries:
+		readyAt := now + core.Backoff(retryCount+1).Milliseconds()
+		if _, err := tx.Exec(ctx, `UPDATE step SET status = 'pending', retry_count = retry_count + 1, ready_at = $2,
+			    error = $3, exit_code = $4, worker_id = NULL, deadline_at = NULL
+			WHERE id = $1`, p.StepID, readyAt, nullJSON(p.Error), p.ExitCode); err != nil {
+			return false, err
+		}
+		// The failed attempt's artifacts go with it, so the retry can
+		// store them again.
+		if _, err := tx.Exec(ctx, `DELETE FROM artifact WHERE step_id = $1`, p.StepID); err != nil {
+			return false, err
+		}
+	default:
+		if _, err := tx.Exec(ctx, `UPDATE step SET status = 'failed', error = $2, exit_code = $3,
+			    completed_at = $4, duration_ms = $4 - coalesce(started_at, $4)
+			WHERE id = $1`, p.StepID, nullJSON(p.Error), p.ExitCode, now); err != nil {
+			return false, err
+		}
+		if err := t.stepsFailed(runID, []string{name}, map[string]int{stageID: 1}); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// StepRelease hands a running attempt back as pending without spending a
+// retry — a worker shutting down gracefully. Its artifacts are discarded
+// and the step is ready at once. It is a no-op if the attempt is no longer
+// the step's.
+func (s *Store) StepRelease(ctx context.Context, stepID string, attempt int) (bool, error) {
+	var released bool
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE step SET status = 'pending', worker_id = NULL, deadline_at = NULL, ready_at = $3
+			WHERE id = $1 AND attempt = $2 AND status = 'running'`, stepID, attempt, s.nowMillis())
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		released = true
+		if _, err := tx.Exec(ctx, `DELETE FROM artifact WHERE step_id = $1`, stepID); err != nil {
+			return err
+		}
+		return notify(ctx, tx)
+	})
+	if err != nil {
+		return false, fmt.Errorf("release step: %w", err)
+	}
+	return released, nil
 }
 
 // StepSetOutput records output a step reported while it is not finished.

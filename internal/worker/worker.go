@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/maxq-dev/maxq/internal/auth"
 	"github.com/maxq-dev/maxq/internal/core"
 	"github.com/maxq-dev/maxq/internal/flow"
 	"github.com/maxq-dev/maxq/internal/script"
@@ -53,6 +55,14 @@ type Config struct {
 	// ScratchDir holds each script's MAXQ_WORK_DIR (default: the OS temp
 	// directory).
 	ScratchDir string
+	// LeaseTTL is the reaper's lease: a worker that has not renewed its
+	// heartbeat for most of it stops its own scripts (default 15 s).
+	LeaseTTL time.Duration
+	// Tokens issues each script's MAXQ_TOKEN, valid for its own run.
+	Tokens auth.Tokens
+	// ShutdownGrace is how long a stopping worker lets running scripts
+	// finish before it stops them and hands their work back (default 30 s).
+	ShutdownGrace time.Duration
 }
 
 // Worker runs flows and steps.
@@ -62,7 +72,10 @@ type Worker struct {
 	logger *slog.Logger
 	logs   *logBatcher
 
-	wake chan struct{}
+	wake   chan struct{}
+	checkN chan struct{} // run a heartbeat now (a run was cancelled)
+
+	draining atomic.Bool // shutting down: stopped scripts hand their work back
 
 	mu        sync.Mutex
 	id        string
@@ -90,6 +103,8 @@ func New(cfg Config) *Worker {
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, 2*time.Second)
 	cfg.HeartbeatInterval = cmp.Or(cfg.HeartbeatInterval, time.Second)
 	cfg.ScratchDir = cmp.Or(cfg.ScratchDir, os.TempDir())
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 15*time.Second)
+	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, 30*time.Second)
 	if cfg.Listen == nil {
 		on := true
 		cfg.Listen = &on
@@ -99,6 +114,7 @@ func New(cfg Config) *Worker {
 		store:  cfg.Store,
 		logger: cfg.Logger,
 		wake:   make(chan struct{}, 1),
+		checkN: make(chan struct{}, 1),
 		steps:  map[string]*running{},
 		calls:  map[string]*running{},
 	}
@@ -165,9 +181,19 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.mu.Lock()
 	w.stopping = true
+	n := len(w.steps) + len(w.calls)
 	w.mu.Unlock()
-	w.logger.Info("worker stopping: waiting for running scripts")
-	w.wg.Wait()
+	w.logger.Info("worker stopping: no more claims; waiting for running scripts", "running", n, "grace", w.cfg.ShutdownGrace)
+	finished := make(chan struct{})
+	go func() { w.wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(w.cfg.ShutdownGrace):
+		w.logger.Warn("grace period over: stopping scripts and handing their work back")
+		w.draining.Store(true)
+		stopScripts()
+		<-finished
+	}
 	stopBG()
 	bgWG.Wait()
 	w.logs.close()
@@ -278,15 +304,44 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 		stepErr = failure(res, timeout)
 	}
 	exit := exitCode(res)
-	_, applied, err := w.store.StepFinish(context.WithoutCancel(ctx), store.StepFinishParams{
-		StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true})
-	switch {
-	case err != nil:
-		log.Error("record step result", "err", err)
-	case !applied:
+	if res.Stopped && w.draining.Load() {
+		w.record(ctx, log, "hand step back", func(ctx context.Context) error {
+			_, err := w.store.StepRelease(ctx, c.ID, c.Attempt)
+			return err
+		})
+		return
+	}
+	var applied bool
+	w.record(ctx, log, "record step result", func(ctx context.Context) (err error) {
+		_, applied, err = w.store.StepFinish(ctx, store.StepFinishParams{
+			StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true})
+		return err
+	})
+	if !applied {
 		log.Info("step result discarded: the step is no longer this attempt's", "exit_code", res.ExitCode)
-	default:
-		log.Debug("step finished", "exit_code", res.ExitCode, "duration_ms", res.Duration.Milliseconds())
+	}
+}
+
+// record retries a write of a script's outcome until it succeeds: the
+// database may be restarting, and while the worker keeps its lease no one
+// else will record it. It gives up after a lease TTL of failures in a row
+// past the first minute, when the reaper will have taken the work anyway.
+func (w *Worker) record(ctx context.Context, log *slog.Logger, what string, fn func(context.Context) error) {
+	ctx = context.WithoutCancel(ctx)
+	start := time.Now()
+	delay := 50 * time.Millisecond
+	for {
+		err := fn(ctx)
+		if err == nil {
+			return
+		}
+		if time.Since(start) > time.Minute+w.cfg.LeaseTTL {
+			log.Error(what+": giving up", "err", err)
+			return
+		}
+		log.Warn(what+": retrying", "err", err)
+		time.Sleep(delay)
+		delay = min(delay*2, 2*time.Second)
 	}
 }
 
@@ -303,6 +358,7 @@ func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 		"MAXQ_FAILED_STAGE":    c.FailedStage,
 		"MAXQ_WORK_DIR":        workDir,
 		"TMPDIR":               workDir,
+		"MAXQ_TOKEN":           w.cfg.Tokens.RunToken(c.RunID),
 	})
 	var res script.Result
 	if _, err := w.cfg.Catalog.Flow(c.FlowName); err != nil {
@@ -333,11 +389,20 @@ func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 		}
 		callErr, _ = json.Marshal(detail)
 	}
-	applied, err := w.store.FlowCallFinish(context.WithoutCancel(ctx), store.FlowCallFinishParams{
-		CallID: c.ID, Attempt: c.Attempt, Error: callErr, ExitCode: exitCode(res)})
+	if res.Stopped && w.draining.Load() {
+		w.record(ctx, log, "hand flow call back", func(ctx context.Context) error {
+			_, err := w.store.FlowCallRelease(ctx, c.ID, c.Attempt)
+			return err
+		})
+		return
+	}
+	var applied bool
+	w.record(ctx, log, "record flow call result", func(ctx context.Context) (err error) {
+		applied, err = w.store.FlowCallFinish(ctx, store.FlowCallFinishParams{
+			CallID: c.ID, Attempt: c.Attempt, Error: callErr, ExitCode: exitCode(res)})
+		return err
+	})
 	switch {
-	case err != nil:
-		log.Error("record flow call result", "err", err)
 	case !applied:
 		log.Info("flow call result discarded: the call is no longer this attempt's", "exit_code", res.ExitCode)
 	case callErr != nil:
@@ -385,26 +450,35 @@ func (w *Worker) scratch(id string, attempt int) (string, func()) {
 }
 
 // heartbeat renews the worker's row and stops scripts that are no longer
-// its own.
+// its own. A worker that cannot renew for most of a lease TTL stops all its
+// scripts (self-fencing): the reaper is about to hand their work to others.
 func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer t.Stop()
+	lastOK := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.checkN:
 		}
 		w.mu.Lock()
 		steps, calls := keys(w.steps), keys(w.calls)
 		w.mu.Unlock()
 		lostSteps, lostCalls, err := w.store.WorkerHeartbeat(ctx, w.id, steps, calls)
 		if err != nil {
-			if ctx.Err() == nil {
-				w.logger.Warn("heartbeat failed", "err", err)
+			if ctx.Err() != nil {
+				return
+			}
+			w.logger.Warn("heartbeat failed", "err", err)
+			if time.Since(lastOK) > w.cfg.LeaseTTL*4/5 {
+				w.logger.Error("lease about to expire: stopping every script this worker runs")
+				w.stopAll()
 			}
 			continue
 		}
+		lastOK = time.Now()
 		w.mu.Lock()
 		for _, id := range lostSteps {
 			if r := w.steps[id]; r != nil {
@@ -419,6 +493,17 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			}
 		}
 		w.mu.Unlock()
+	}
+}
+
+func (w *Worker) stopAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.steps {
+		r.stop()
+	}
+	for _, r := range w.calls {
+		r.stop()
 	}
 }
 
@@ -453,11 +538,19 @@ func (w *Worker) listenOnce(ctx context.Context, pool *pgxpool.Pool) error {
 	}()
 	w.poke() // catch up on what was made ready while not listening
 	for {
-		if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
 			if errors.Is(err, context.Canceled) {
 				return nil
 			}
 			return fmt.Errorf("wait for notification: %w", err)
+		}
+		if n.Payload == store.NotifyCancel {
+			select {
+			case w.checkN <- struct{}{}:
+			default:
+			}
+			continue
 		}
 		w.poke()
 	}
