@@ -13,9 +13,11 @@ var (
 )
 
 // setProcessGroup makes the script the leader of a new process group, so
-// that signals reach everything it starts.
+// that signals reach everything it starts, and (on Linux) has the kernel
+// kill it if the worker itself dies.
 func setProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setParentDeathSignal(cmd.SysProcAttr)
 }
 
 // signalGroup signals the script's whole process group.
