@@ -36,11 +36,15 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 // character (PostgreSQL cannot store one), name no unknown field and carry
 // nothing after the object. Type errors name the field.
 func decodeJSON(data []byte, dst any) error {
-	if len(bytes.TrimSpace(data)) == 0 {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
 		return badRequest("request body is empty; expected a JSON object", nil)
 	}
 	if err := checkJSON(data); err != nil {
 		return err
+	}
+	if trimmed[0] != '{' {
+		return badRequest("request body must be a JSON object", nil)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
