@@ -77,6 +77,7 @@ const stepClaimSQL = `
 WITH ready AS (
     SELECT id FROM step
     WHERE status = 'pending' AND deps_left = 0 AND ready_at <= $3
+      AND ($5::bigint = 0 OR coalesce(timeout_ms, NULLIF($4::bigint, 0), 0) <= $5)
     ORDER BY ready_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -88,10 +89,20 @@ WHERE s.id = ready.id AND g.id = s.stage_id AND r.id = s.run_id
 RETURNING s.id, s.run_id, r.flow_name, g.name, s.name, s.sequence, s.instances, s.attempt, s.env,
     coalesce(s.timeout_ms, $4::bigint)`
 
-// StepClaim claims up to limit ready steps for a worker, oldest ready first.
-// defaultTimeoutMs applies to steps that set no MAXQ_STEP_TIMEOUT (0: none).
-func (s *Store) StepClaim(ctx context.Context, workerID string, limit int, defaultTimeoutMs int64) ([]ClaimedStep, error) {
-	rows, err := s.pool.Query(ctx, stepClaimSQL, workerID, limit, s.nowMillis(), defaultTimeoutMs)
+// StepClaimParams says what a worker can take.
+type StepClaimParams struct {
+	WorkerID string
+	Limit    int
+	// DefaultTimeoutMs applies to steps that set no MAXQ_STEP_TIMEOUT (0: none).
+	DefaultTimeoutMs int64
+	// MaxTimeoutMs, when set, leaves steps whose timeout is longer for
+	// another worker (a serverless invocation with that much time left).
+	MaxTimeoutMs int64
+}
+
+// StepClaim claims up to Limit ready steps for a worker, oldest ready first.
+func (s *Store) StepClaim(ctx context.Context, p StepClaimParams) ([]ClaimedStep, error) {
+	rows, err := s.pool.Query(ctx, stepClaimSQL, p.WorkerID, p.Limit, s.nowMillis(), p.DefaultTimeoutMs, max(p.MaxTimeoutMs, 0))
 	if err != nil {
 		return nil, fmt.Errorf("claim steps: %w", interpretError(err))
 	}

@@ -76,15 +76,15 @@ type Worker struct {
 	checkN chan struct{} // run a heartbeat now (a run was cancelled)
 
 	draining atomic.Bool // shutting down: stopped scripts hand their work back
+	deadline time.Time   // a draining (serverless) pass ends by then
 
-	mu        sync.Mutex
-	id        string
-	steps     map[string]*running // by step id
-	calls     map[string]*running // by flow call id
-	wg        sync.WaitGroup
-	stopping  bool
-	claimedN  int
-	finishedN int
+	mu       sync.Mutex
+	id       string
+	steps    map[string]*running // by step id
+	calls    map[string]*running // by flow call id
+	wg       sync.WaitGroup
+	stopping bool
+	report   Report
 }
 
 // running is a script this worker runs.
@@ -134,23 +134,63 @@ func (w *Worker) poke() {
 	}
 }
 
-// Run claims and runs work until ctx is done, then waits for the scripts it
-// runs to finish.
+// Report is what a worker did.
+type Report struct {
+	StepsClaimed     int `json:"stepsClaimed"`
+	FlowCallsClaimed int `json:"flowCallsClaimed"`
+	StepsCompleted   int `json:"stepsCompleted"`
+	StepsFailed      int `json:"stepsFailed"` // attempts that failed (some retry)
+	FlowCallsFailed  int `json:"flowCallsFailed"`
+	HandedBack       int `json:"handedBack"` // stopped and returned to pending
+}
+
+// Run claims and runs work until ctx is done, then lets running scripts
+// finish (up to ShutdownGrace) and returns.
 func (w *Worker) Run(ctx context.Context) error {
+	_, err := w.run(ctx, time.Time{})
+	return err
+}
+
+// drainMargin is how long before an invocation's deadline a draining
+// worker stops its scripts and hands their work back.
+const drainMargin = 3 * time.Second
+
+// Drain is one pass for a serverless invocation that must end by deadline:
+// it claims only work whose timeout fits in the time left, runs it, claims
+// what becomes ready meanwhile, and returns once nothing it can run is left
+// — after its scripts have finished. A script still running close to the
+// deadline (one with no timeout) is stopped and handed back.
+func (w *Worker) Drain(ctx context.Context, deadline time.Time) (Report, error) {
+	return w.run(ctx, deadline)
+}
+
+func (w *Worker) run(ctx context.Context, deadline time.Time) (Report, error) {
 	host, _ := os.Hostname()
 	id, err := w.store.WorkerRegister(ctx, host)
 	if err != nil {
-		return err
+		return Report{}, err
 	}
 	w.mu.Lock()
 	w.id = id
 	w.mu.Unlock()
+	w.deadline = deadline
 	w.logger = w.logger.With("worker_id", id)
 	w.logger.Info("worker started", "max_steps", w.cfg.MaxSteps, "max_flows", w.cfg.MaxFlows, "listen", *w.cfg.Listen)
 
 	// Scripts outlive ctx: a shutdown lets them finish.
 	scriptCtx, stopScripts := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopScripts()
+	loopCtx := ctx
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		loopCtx, cancel = context.WithDeadline(ctx, deadline.Add(-drainMargin))
+		defer cancel()
+		stopAt := time.AfterFunc(time.Until(deadline.Add(-drainMargin)), func() {
+			w.draining.Store(true)
+			stopScripts()
+		})
+		defer stopAt.Stop()
+	}
 	w.logs = newLogBatcher(w.store, w.logger)
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var bgWG sync.WaitGroup
@@ -163,8 +203,11 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	for ctx.Err() == nil {
-		next := w.fill(ctx, scriptCtx)
+	for loopCtx.Err() == nil {
+		next, claimed := w.fill(loopCtx, scriptCtx)
+		if !deadline.IsZero() && claimed == 0 && w.idle() {
+			break // a serverless pass ends when nothing is left to run
+		}
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
@@ -173,7 +216,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		timer.Reset(next)
 		select {
-		case <-ctx.Done():
+		case <-loopCtx.Done():
 		case <-w.wake:
 		case <-timer.C:
 		}
@@ -183,16 +226,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.stopping = true
 	n := len(w.steps) + len(w.calls)
 	w.mu.Unlock()
-	w.logger.Info("worker stopping: no more claims; waiting for running scripts", "running", n, "grace", w.cfg.ShutdownGrace)
 	finished := make(chan struct{})
 	go func() { w.wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(w.cfg.ShutdownGrace):
-		w.logger.Warn("grace period over: stopping scripts and handing their work back")
-		w.draining.Store(true)
-		stopScripts()
-		<-finished
+	if deadline.IsZero() {
+		w.logger.Info("worker stopping: no more claims; waiting for running scripts", "running", n, "grace", w.cfg.ShutdownGrace)
+		select {
+		case <-finished:
+		case <-time.After(w.cfg.ShutdownGrace):
+			w.logger.Warn("grace period over: stopping scripts and handing their work back")
+			w.draining.Store(true)
+			stopScripts()
+			<-finished
+		}
+	} else {
+		<-finished // the deadline timer stops what is still running
 	}
 	stopBG()
 	bgWG.Wait()
@@ -200,34 +247,68 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.store.WorkerDeregister(context.WithoutCancel(ctx), id); err != nil {
 		w.logger.Warn("deregister worker", "err", err)
 	}
-	w.logger.Info("worker stopped")
-	return nil
+	w.mu.Lock()
+	report := w.report
+	w.mu.Unlock()
+	w.logger.Info("worker stopped", "steps_claimed", report.StepsClaimed, "flow_calls_claimed", report.FlowCallsClaimed,
+		"steps_completed", report.StepsCompleted, "steps_failed", report.StepsFailed, "handed_back", report.HandedBack)
+	return report, nil
+}
+
+func (w *Worker) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.steps) == 0 && len(w.calls) == 0
+}
+
+// count updates the report.
+func (w *Worker) count(f func(*Report)) {
+	w.mu.Lock()
+	f(&w.report)
+	w.mu.Unlock()
 }
 
 // fill claims work for every free slot and starts it. It returns how long
-// to sleep before looking again, unless woken.
-func (w *Worker) fill(ctx, scriptCtx context.Context) time.Duration {
+// to sleep before looking again, unless woken, and how much it claimed.
+func (w *Worker) fill(ctx, scriptCtx context.Context) (time.Duration, int) {
 	sleep := w.cfg.PollInterval
 	w.mu.Lock()
 	freeFlows := w.cfg.MaxFlows - len(w.calls)
 	freeSteps := w.cfg.MaxSteps - len(w.steps)
 	w.mu.Unlock()
+	// A draining worker claims only what can end before its deadline.
+	var left time.Duration
+	if !w.deadline.IsZero() {
+		left = time.Until(w.deadline.Add(-drainMargin))
+		if left <= 0 {
+			return sleep, 0
+		}
+		if w.cfg.FlowTimeout > left {
+			freeFlows = 0
+		}
+	}
+	claimed := 0
 	if freeFlows > 0 {
 		calls, err := w.store.FlowCallClaim(ctx, w.id, freeFlows)
 		if err != nil {
 			w.logClaimError(ctx, err)
-			return sleep
+			return sleep, claimed
 		}
+		w.count(func(r *Report) { r.FlowCallsClaimed += len(calls) })
+		claimed += len(calls)
 		for _, c := range calls {
 			w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) { w.runFlowCall(ctx, c) })
 		}
 	}
 	if freeSteps > 0 {
-		steps, err := w.store.StepClaim(ctx, w.id, freeSteps, w.cfg.StepTimeout.Milliseconds())
+		steps, err := w.store.StepClaim(ctx, store.StepClaimParams{WorkerID: w.id, Limit: freeSteps,
+			DefaultTimeoutMs: w.cfg.StepTimeout.Milliseconds(), MaxTimeoutMs: left.Milliseconds()})
 		if err != nil {
 			w.logClaimError(ctx, err)
-			return sleep
+			return sleep, claimed
 		}
+		w.count(func(r *Report) { r.StepsClaimed += len(steps) })
+		claimed += len(steps)
 		for _, s := range steps {
 			w.start(scriptCtx, s.ID, w.steps, func(ctx context.Context) { w.runStep(ctx, s) })
 		}
@@ -240,7 +321,7 @@ func (w *Worker) fill(ctx, scriptCtx context.Context) time.Duration {
 			}
 		}
 	}
-	return sleep
+	return sleep, claimed
 }
 
 func (w *Worker) logClaimError(ctx context.Context, err error) {
@@ -255,7 +336,6 @@ func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*run
 	ctx, stop := context.WithCancel(scriptCtx)
 	w.mu.Lock()
 	set[id] = &running{stop: stop}
-	w.claimedN++
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go func() {
@@ -264,7 +344,6 @@ func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*run
 		fn(ctx)
 		w.mu.Lock()
 		delete(set, id)
-		w.finishedN++
 		w.mu.Unlock()
 		w.poke()
 	}()
@@ -305,11 +384,17 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 	}
 	exit := exitCode(res)
 	if res.Stopped && w.draining.Load() {
+		w.count(func(r *Report) { r.HandedBack++ })
 		w.record(ctx, log, "hand step back", func(ctx context.Context) error {
 			_, err := w.store.StepRelease(ctx, c.ID, c.Attempt)
 			return err
 		})
 		return
+	}
+	if res.Succeeded() {
+		w.count(func(r *Report) { r.StepsCompleted++ })
+	} else {
+		w.count(func(r *Report) { r.StepsFailed++ })
 	}
 	var applied bool
 	w.record(ctx, log, "record step result", func(ctx context.Context) (err error) {
@@ -389,7 +474,11 @@ func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 		}
 		callErr, _ = json.Marshal(detail)
 	}
+	if callErr != nil {
+		w.count(func(r *Report) { r.FlowCallsFailed++ })
+	}
 	if res.Stopped && w.draining.Load() {
+		w.count(func(r *Report) { r.HandedBack++ })
 		w.record(ctx, log, "hand flow call back", func(ctx context.Context) error {
 			_, err := w.store.FlowCallRelease(ctx, c.ID, c.Attempt)
 			return err
