@@ -40,6 +40,7 @@ type server struct {
 	maxBody     int64
 	maxArtifact int64
 	tokens      auth.Tokens
+	watcher     *watcher
 }
 
 // access is who may call a route.
@@ -56,9 +57,11 @@ const (
 func New(c Config) http.Handler {
 	s := &server{store: c.Store, catalog: c.Catalog, logger: c.Logger, maxBody: c.MaxBodyBytes,
 		maxArtifact: c.MaxArtifactBytes, tokens: c.Tokens}
+	s.watcher = newWatcher(c.Store, s.logger)
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
+	s.logger = s.logger.With("component", "api")
 	if s.maxBody <= 0 {
 		s.maxBody = 10 << 20
 	}
@@ -74,6 +77,7 @@ func New(c Config) http.Handler {
 	route("POST /flows/{flowName}/runs", adminOnly, s.runTrigger)
 	route("GET /runs", adminOnly, s.runList)
 	route("GET /runs/{runId}", ownRun, s.runGet)
+	route("GET /runs/{runId}/logs", ownRun, s.logList)
 	route("POST /runs/{runId}/cancel", adminOnly, s.runCancel)
 	route("POST /runs/{runId}/retry", adminOnly, s.runRetry)
 	route("POST /runs/{runId}/steps", ownRun, s.stageSchedule)

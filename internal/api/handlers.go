@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -114,17 +116,71 @@ func (s *server) runTrigger(w http.ResponseWriter, r *http.Request) error {
 type runWithStages struct {
 	core.Run
 	Stages []core.Stage `json:"stages"`
+	// Version changes whenever the run, a stage or a step changes; give it
+	// back with waitForChangeMs to wait for the next change.
+	Version string `json:"version"`
 }
 
+// maxWaitForChange bounds a long poll (API Gateway cuts requests at 30 s).
+const maxWaitForChange = 25000
+
+// runGet answers a run with its stages. With waitForChangeMs (and the
+// version of a previous answer), it first waits up to that long for the run
+// to change, so a client can follow a run without polling.
 func (s *server) runGet(w http.ResponseWriter, r *http.Request) error {
-	run, stages, err := s.store.RunGet(r.Context(), r.PathValue("runId"))
+	id := r.PathValue("runId")
+	q := newQuery(r)
+	wait := q.integer("waitForChangeMs", 0, 0, maxWaitForChange)
+	since := q.str("version")
+	if err := q.err(); err != nil {
+		return err
+	}
+	versions, err := s.store.RunVersions(r.Context(), []string{id})
+	if err != nil {
+		return err
+	}
+	if v, ok := versions[id]; ok && wait > 0 && v == since {
+		ctx, cancel := context.WithTimeout(r.Context(), time.Duration(wait)*time.Millisecond)
+		s.watcher.wait(ctx, id, since)
+		cancel()
+		if versions, err = s.store.RunVersions(r.Context(), []string{id}); err != nil {
+			return err
+		}
+	}
+	run, stages, err := s.store.RunGet(r.Context(), id)
 	if err != nil {
 		return err
 	}
 	if stages == nil {
 		stages = []core.Stage{}
 	}
-	writeJSON(w, http.StatusOK, runWithStages{Run: run, Stages: stages})
+	writeJSON(w, http.StatusOK, runWithStages{Run: run, Stages: stages, Version: versions[id]})
+	return nil
+}
+
+// logList answers a run's log lines after a cursor: GET
+// /runs/{id}/logs?stepId=&after=&limit=. "next" is the cursor to pass as
+// after to get the lines that come later.
+func (s *server) logList(w http.ResponseWriter, r *http.Request) error {
+	q := newQuery(r)
+	p := store.LogListParams{
+		RunID:  r.PathValue("runId"),
+		StepID: q.str("stepId"),
+		After:  int64(q.integer("after", 0, 0, 1<<62)),
+		Limit:  q.integer("limit", 1000, 1, 10000),
+	}
+	if err := q.err(); err != nil {
+		return err
+	}
+	lines, err := s.store.LogList(r.Context(), p)
+	if err != nil {
+		return err
+	}
+	next := p.After
+	if len(lines) > 0 {
+		next = lines[len(lines)-1].Seq
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"logs": lines, "next": next})
 	return nil
 }
 

@@ -43,3 +43,58 @@ func nullString(s string) any {
 	}
 	return s
 }
+
+// LogEntry is a stored line of a run's output.
+type LogEntry struct {
+	Seq        int64           `json:"seq"`
+	StepID     *string         `json:"stepId"`
+	StepName   *string         `json:"stepName"`
+	Sequence   *int            `json:"sequence"`
+	FlowCallID *string         `json:"flowCallId"`
+	Level      string          `json:"level"`
+	Message    string          `json:"message"`
+	Data       json.RawMessage `json:"data"`
+	CreatedAt  int64           `json:"createdAt"`
+}
+
+// LogListParams selects a run's log lines after a cursor.
+type LogListParams struct {
+	RunID  string
+	StepID string // optional
+	After  int64  // the seq of the last line already seen
+	Limit  int
+}
+
+// LogList returns up to Limit lines of a run (or of one of its steps) with
+// seq > After, in the order they were written.
+func (s *Store) LogList(ctx context.Context, p LogListParams) ([]LogEntry, error) {
+	if err := s.runExists(ctx, p.RunID); err != nil {
+		return nil, err
+	}
+	if p.StepID != "" && !validID(p.StepID) {
+		return []LogEntry{}, nil
+	}
+	where, args := filters{}.
+		add("l.run_id = $%d", p.RunID, true).
+		add("l.step_id = $%d", p.StepID, p.StepID != "").
+		add("l.seq > $%d", p.After, true).
+		build()
+	rows, err := s.pool.Query(ctx, `SELECT l.seq, l.step_id, s.name, s.sequence, l.flow_call_id, l.level, l.message, l.data, l.created_at
+		FROM log l LEFT JOIN step s ON s.id = l.step_id`+where+fmt.Sprintf(" ORDER BY l.seq LIMIT $%d", len(args)+1),
+		append(args, p.Limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("list log lines: %w", interpretError(err))
+	}
+	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LogEntry, error) {
+		var e LogEntry
+		err := row.Scan(&e.Seq, &e.StepID, &e.StepName, &e.Sequence, &e.FlowCallID, &e.Level, &e.Message, &e.Data, &e.CreatedAt)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list log lines: %w", interpretError(err))
+	}
+	if lines == nil {
+		lines = []LogEntry{}
+	}
+	return lines, nil
+}
