@@ -92,10 +92,15 @@ func Run(ctx context.Context, s Spec) Result {
 	cmd := exec.CommandContext(runCtx, s.Path)
 	cmd.Dir = s.Dir
 	cmd.Env = s.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{} // nil would mean the worker's own environment
+	}
 	cmd.Stdin = nil // /dev/null
 	setProcessGroup(cmd)
 	var killTimer atomic.Pointer[time.Timer]
+	var signalled atomic.Bool
 	cmd.Cancel = func() error {
+		signalled.Store(true)
 		signalGroup(cmd, sigTerm)
 		killTimer.Store(time.AfterFunc(s.Grace, func() { signalGroup(cmd, sigKill) }))
 		return nil
@@ -107,6 +112,9 @@ func Run(ctx context.Context, s Spec) Result {
 	stdout, stderr := &lineWriter{c: out, stream: Stdout}, &lineWriter{c: out, stream: Stderr}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
+		if ctx.Err() != nil {
+			return Result{ExitCode: -1, Stopped: true, Duration: time.Since(start)}
+		}
 		return Result{ExitCode: -1, StartErr: err, Duration: time.Since(start)}
 	}
 	waitErr := cmd.Wait()
@@ -124,7 +132,9 @@ func Run(ctx context.Context, s Spec) Result {
 	if waitErr != nil && !errors.As(waitErr, &exitErr) && !errors.Is(waitErr, exec.ErrWaitDelay) {
 		res.StartErr = waitErr
 	}
-	if runCtx.Err() != nil {
+	// Only a script that was signalled was stopped; one that exited on its
+	// own while its pipes were still held open was not.
+	if signalled.Load() {
 		res.TimedOut = timedOut.Load()
 		res.Stopped = !res.TimedOut
 	}
@@ -154,24 +164,34 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
-			room := maxLine - len(w.buf)
-			if len(p) < room {
-				w.buf = append(w.buf, p...)
-				break
+			// No line end yet: buffer, passing on full pieces.
+			for len(p) > 0 {
+				room := maxLine - len(w.buf)
+				if len(p) <= room {
+					w.buf = append(w.buf, p...)
+					break
+				}
+				w.buf = append(w.buf, p[:room]...)
+				p = p[room:]
+				w.flush()
 			}
-			// A line longer than maxLine is passed on in pieces.
-			w.buf = append(w.buf, p[:room]...)
-			p = p[room:]
+			break
+		}
+		line := p[:i]
+		p = p[i+1:]
+		// A line longer than maxLine is passed on in pieces.
+		for len(w.buf)+len(line) > maxLine {
+			room := maxLine - len(w.buf)
+			w.buf = append(w.buf, line[:room]...)
+			line = line[room:]
 			w.flush()
-			continue
 		}
 		if len(w.buf) == 0 {
-			w.c.take(w.stream, p[:i])
-		} else {
-			w.buf = append(w.buf, p[:min(i, maxLine-len(w.buf))]...)
-			w.flush()
+			w.c.take(w.stream, line)
+			continue
 		}
-		p = p[i+1:]
+		w.buf = append(w.buf, line...)
+		w.flush()
 	}
 	return n, nil
 }
@@ -203,7 +223,8 @@ func (c *collector) take(stream Stream, text []byte) {
 	if over {
 		c.truncated = true
 	}
-	c.mu.Unlock()
+	// Emitting under the lock keeps the truncation line last.
+	defer c.mu.Unlock()
 	if c.emit == nil {
 		return
 	}
@@ -220,6 +241,9 @@ func (c *collector) tail() string {
 	t := c.stderr
 	if len(t) > tailBytes {
 		t = t[len(t)-tailBytes:]
+		if i := bytes.IndexByte(t, '\n'); i >= 0 && i < len(t)-1 {
+			t = t[i+1:] // start at a line
+		}
 	}
 	return string(t)
 }
