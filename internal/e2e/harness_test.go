@@ -18,6 +18,7 @@ import (
 
 	"github.com/maxq-dev/maxq/internal/api"
 	"github.com/maxq-dev/maxq/internal/app"
+	"github.com/maxq-dev/maxq/internal/auth"
 	"github.com/maxq-dev/maxq/internal/config"
 	"github.com/maxq-dev/maxq/internal/flow"
 	"github.com/maxq-dev/maxq/internal/pgtest"
@@ -64,7 +65,9 @@ func newStack(t *testing.T, root string, opt options) *stack {
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1+max(opt.Workers, 1))
-	go func() { done <- app.Serve(ctx, ln, api.New(api.Config{Store: st, Catalog: catalog}), 5*time.Second) }()
+	go func() {
+		done <- app.Serve(ctx, ln, api.New(api.Config{Store: st, Catalog: catalog, Tokens: auth.New(cfg.APIToken)}), 5*time.Second)
+	}()
 	s := &stack{t: t, root: root, API: app.LocalAPIURL(ln.Addr()), Store: st, cfg: cfg}
 	for i := 0; i < max(opt.Workers, 1); i++ {
 		w := worker.New(app.WorkerConfig(cfg, st, catalog, nil, s.API))

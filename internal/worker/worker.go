@@ -366,6 +366,7 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 		"MAXQ_API":            w.cfg.APIURL,
 		"MAXQ_WORK_DIR":       workDir,
 		"TMPDIR":              workDir,
+		"MAXQ_TOKEN":          w.cfg.Tokens.RunToken(c.RunID),
 	})
 	timeout := time.Duration(c.TimeoutMs) * time.Millisecond
 	res := script.Run(ctx, script.Spec{
