@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,15 @@ func (d *Database) Close() {
 		d.close()
 	}
 }
+
+// defaultPoolSize is the connection pool size unless the database URL sets
+// pool_max_conns. In Lambda, where a container serves one request or invocation at a
+// time and reserved concurrency × pool size must stay under the server's
+// max_connections, it is smaller.
+const (
+	defaultPoolSize = 20
+	lambdaPoolSize  = 5
+)
 
 // embeddedDBName is the database cmd/local keeps its state in.
 const embeddedDBName = "maxq"
@@ -94,6 +104,14 @@ func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("MAXQ_DATABASE_URL: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgx's default (the number of CPUs, at least 4) is too few for a
+		// worker's LISTEN, heartbeat, log writer and results plus the API.
+		pcfg.MaxConns = defaultPoolSize
+		if InLambda() {
+			pcfg.MaxConns = lambdaPoolSize
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

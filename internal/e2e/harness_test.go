@@ -58,7 +58,9 @@ func newStack(t *testing.T, root string, opt options) *stack {
 	if opt.Config != nil {
 		opt.Config(&cfg)
 	}
-	pool := pgtest.Pool(t)
+	pool, err := app.Connect(context.Background(), pgtest.DatabaseURL(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
 	st := store.New(pool)
 	catalog := flow.Catalog{Root: root}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -42,8 +42,12 @@ func (s *Store) ArtifactCreate(ctx context.Context, p ArtifactCreateParams) (cor
 	}
 	var a core.Artifact
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := s.runExists(ctx, p.RunID); err != nil {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run WHERE id = $1)`, p.RunID).Scan(&exists); err != nil {
 			return err
+		}
+		if !exists {
+			return fmt.Errorf("run %s: %w", p.RunID, core.ErrNotFound)
 		}
 		if !validID(p.StepID) {
 			return core.Invalid("stepId", "no step "+p.StepID+" in this run")
@@ -144,7 +148,7 @@ func (s *Store) ArtifactGet(ctx context.Context, runID, id string) (core.Artifac
 	err := s.pool.QueryRow(ctx, `SELECT `+artifactColumns+` FROM artifact WHERE id = $1 AND run_id = $2`, id, runID).
 		Scan(artifactScanTargets(&a)...)
 	if err != nil {
-		return core.Artifact{}, fmt.Errorf("get artifact: %w", interpretError(err))
+		return core.Artifact{}, fmt.Errorf("artifact %s: %w", id, interpretError(err))
 	}
 	return a, nil
 }

@@ -74,7 +74,7 @@ func (s *Store) RunGet(ctx context.Context, id string) (core.Run, []core.Stage, 
 	}
 	run, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM run WHERE id = $1`, id))
 	if err != nil {
-		return core.Run{}, nil, fmt.Errorf("get run: %w", interpretError(err))
+		return core.Run{}, nil, fmt.Errorf("run %s: %w", id, interpretError(err))
 	}
 	rows, err := s.pool.Query(ctx, `SELECT id, run_id, name, status, final, created_at, completed_at
 		FROM stage WHERE run_id = $1 ORDER BY created_at, id`, id)

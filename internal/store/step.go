@@ -28,7 +28,7 @@ func (s *Store) StepGet(ctx context.Context, id string) (core.Step, error) {
 	}
 	var st core.Step
 	if err := s.pool.QueryRow(ctx, `SELECT `+stepColumns+stepFrom+` WHERE s.id = $1`, id).Scan(stepScanTargets(&st)...); err != nil {
-		return core.Step{}, fmt.Errorf("get step: %w", interpretError(err))
+		return core.Step{}, fmt.Errorf("step %s: %w", id, interpretError(err))
 	}
 	return st, nil
 }
@@ -135,7 +135,7 @@ func (s *Store) StepFinish(ctx context.Context, p StepFinishParams) (st core.Ste
 		return tx.QueryRow(ctx, `SELECT `+stepColumns+stepFrom+` WHERE s.id = $1`, p.StepID).Scan(stepScanTargets(&st)...)
 	})
 	if err != nil {
-		return core.Step{}, false, fmt.Errorf("finish step: %w", err)
+		return core.Step{}, false, fmt.Errorf("finish step %s: %w", p.StepID, err)
 	}
 	return st, applied, nil
 }
@@ -241,7 +241,7 @@ func (s *Store) StepSetOutput(ctx context.Context, id string, output json.RawMes
 		return tx.QueryRow(ctx, `SELECT `+stepColumns+stepFrom+` WHERE s.id = $1`, id).Scan(stepScanTargets(&st)...)
 	})
 	if err != nil {
-		return core.Step{}, fmt.Errorf("set step output: %w", err)
+		return core.Step{}, fmt.Errorf("set output of step %s: %w", id, err)
 	}
 	return st, nil
 }

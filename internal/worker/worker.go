@@ -168,6 +168,9 @@ func (w *Worker) run(ctx context.Context, deadline time.Time) (Report, error) {
 	host, _ := os.Hostname()
 	id, err := w.store.WorkerRegister(ctx, host)
 	if err != nil {
+		if ctx.Err() != nil {
+			return Report{}, nil // stopped before it started
+		}
 		return Report{}, err
 	}
 	w.mu.Lock()

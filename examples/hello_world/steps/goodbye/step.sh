@@ -1,9 +1,10 @@
 #!/bin/bash
+# goodbye: reads greet's artifact and says goodbye.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../../../lib/maxq.sh
+source "$(dirname "$0")/../../../lib/maxq.sh"
 
-# Read the greeting artifact of the greet step.
-GREETING=$(curl -fsS "$MAXQ_API/runs/$MAXQ_RUN_ID/artifacts?stepName=greet&name=greeting" |
-  jq -r '.artifacts[0].value.message')
+GREETING=$(maxq_artifact_get greet greeting | jq -r .message)
 
 echo "Previous greeting was: $GREETING"
 echo "Goodbye!"

@@ -1,15 +1,10 @@
 #!/bin/bash
+# greet: says hello to $NAME and stores the greeting for the next step.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=../../../lib/maxq.sh
+source "$(dirname "$0")/../../../lib/maxq.sh"
 
+# NAME comes from the stage's env (flow.sh).
+# shellcheck disable=SC2153
 echo "Hello, $NAME!"
-
-# Store the greeting for the next step.
-curl -fsS -X POST "$MAXQ_API/runs/$MAXQ_RUN_ID/artifacts" \
-  -H "Content-Type: application/json" \
-  -d "{
-    \"stepId\": \"$MAXQ_STEP_ID\",
-    \"stepName\": \"$MAXQ_STEP_NAME\",
-    \"sequence\": $MAXQ_STEP_SEQUENCE,
-    \"name\": \"greeting\",
-    \"value\": { \"message\": \"Hello, $NAME!\" }
-  }"
+maxq_artifact_put greeting "$(jq -nc --arg message "Hello, $NAME!" '{message: $message}')"
