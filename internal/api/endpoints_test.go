@@ -189,7 +189,13 @@ func TestStageSchedule(t *testing.T) {
 	})
 	t.Run("DuplicateStage", func(t *testing.T) {
 		id := b.trigger("demo")
-		b.schedule(id, "one", false, step("a", 1))
+		first := b.schedule(id, "one", false, step("a", 1))
+		// The same stage again (a flow.sh run twice) is answered as it is.
+		again := b.do("POST", "/runs/"+id+"/steps", map[string]any{"stage": "one", "final": false,
+			"steps": []any{step("a", 1)}}).must(t, 200)
+		require.Equal(t, first, again)
+		requireError(t, b.do("POST", "/runs/"+id+"/steps", map[string]any{"stage": "one", "final": true,
+			"steps": []any{step("a", 1)}}), 409, "CONFLICT")
 		requireError(t, b.do("POST", "/runs/"+id+"/steps", map[string]any{"stage": "one", "final": false,
 			"steps": []any{step("b", 1)}}), 409, "CONFLICT")
 		requireError(t, b.do("POST", "/runs/"+id+"/steps", map[string]any{"stage": "two", "final": false,

@@ -290,9 +290,13 @@ func (s *server) stageSchedule(w http.ResponseWriter, r *http.Request) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	stage, steps, err := s.store.StageSchedule(r.Context(), p)
+	stage, steps, replayed, err := s.store.StageSchedule(r.Context(), p)
 	if err != nil {
 		return err
+	}
+	status := http.StatusCreated
+	if replayed {
+		status = http.StatusOK // the same stage again: nothing new
 	}
 	type scheduled struct {
 		ID       string          `json:"id"`
@@ -304,7 +308,7 @@ func (s *server) stageSchedule(w http.ResponseWriter, r *http.Request) error {
 	for i, st := range steps {
 		out[i] = scheduled{st.ID, st.Name, st.Sequence, st.Status}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"stage": stage.Name, "scheduled": len(steps), "steps": out})
+	writeJSON(w, status, map[string]any{"stage": stage.Name, "scheduled": len(steps), "steps": out})
 	return nil
 }
 

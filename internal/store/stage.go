@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -33,14 +35,17 @@ type StageScheduleParams struct {
 }
 
 // StageSchedule adds a stage and one step row per instance to a run, in one
-// transaction. dependsOn must name steps of this stage or of the run's
+// transaction. Scheduling a stage again with the same definition — a flow.sh
+// that runs again after its worker was lost — changes nothing and returns
+// the stage as it is (replayed); the same name with another definition is
+// ErrConflict. dependsOn must name steps of this stage or of the run's
 // earlier stages (ErrInvalid otherwise, or when the stage's steps form a
 // cycle); a stage or step name the run already has is ErrConflict, as is a
 // run that has ended. A step whose dependency already failed fails at once
 // with reason dependency_failed, and its stage with it.
-func (s *Store) StageSchedule(ctx context.Context, p StageScheduleParams) (core.Stage, []core.Step, error) {
+func (s *Store) StageSchedule(ctx context.Context, p StageScheduleParams) (stage core.Stage, steps []core.Step, replayed bool, err error) {
 	if !validID(p.RunID) {
-		return core.Stage{}, nil, fmt.Errorf("run %q: %w", p.RunID, core.ErrNotFound)
+		return core.Stage{}, nil, false, fmt.Errorf("run %q: %w", p.RunID, core.ErrNotFound)
 	}
 	deps := make(map[string][]string, len(p.Steps))
 	instances := make(map[string]int, len(p.Steps))
@@ -52,12 +57,11 @@ func (s *Store) StageSchedule(ctx context.Context, p StageScheduleParams) (core.
 		lookup = append(lookup, st.DependsOn...)
 	}
 	if cycle := dag.Cycle(deps); cycle != "" {
-		return core.Stage{}, nil, core.Invalid("steps", "dependsOn forms a cycle: "+cycle)
+		return core.Stage{}, nil, false, core.Invalid("steps", "dependsOn forms a cycle: "+cycle)
 	}
 
-	var stage core.Stage
-	var steps []core.Step
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		stage, steps, replayed = core.Stage{}, nil, false
 		now := s.nowMillis()
 		// Lock the existing steps first, then the run: the order in which
 		// completions take them, so the two never deadlock. A completion
@@ -91,6 +95,22 @@ func (s *Store) StageSchedule(ctx context.Context, p StageScheduleParams) (core.
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("run %s: %w", p.RunID, core.ErrNotFound)
 			}
+			return err
+		}
+		var existingID string
+		err = tx.QueryRow(ctx, `SELECT id FROM stage WHERE run_id = $1 AND name = $2`, p.RunID, p.Stage).Scan(&existingID)
+		switch {
+		case err == nil:
+			stage, steps, err = stageLoad(ctx, tx, existingID)
+			if err != nil {
+				return err
+			}
+			if !sameDefinition(stage, steps, p) {
+				return fmt.Errorf("%w: stage %q already scheduled in this run, with another definition", core.ErrConflict, p.Stage)
+			}
+			replayed = true
+			return nil
+		case !errors.Is(err, pgx.ErrNoRows):
 			return err
 		}
 		if runStatus.Terminal() {
@@ -189,9 +209,52 @@ func (s *Store) StageSchedule(ctx context.Context, p StageScheduleParams) (core.
 		return t.settle()
 	})
 	if err != nil {
-		return core.Stage{}, nil, fmt.Errorf("schedule stage %q: %w", p.Stage, err)
+		return core.Stage{}, nil, false, fmt.Errorf("schedule stage %q: %w", p.Stage, err)
 	}
-	return stage, steps, nil
+	return stage, steps, replayed, nil
+}
+
+// stageLoad reads a stage and its steps.
+func stageLoad(ctx context.Context, tx pgx.Tx, id string) (core.Stage, []core.Step, error) {
+	var g core.Stage
+	if err := tx.QueryRow(ctx, `SELECT id, run_id, name, status, final, created_at, completed_at FROM stage WHERE id = $1`, id).
+		Scan(&g.ID, &g.RunID, &g.Name, &g.Status, &g.Final, &g.CreatedAt, &g.CompletedAt); err != nil {
+		return core.Stage{}, nil, err
+	}
+	rows, err := tx.Query(ctx, `SELECT `+stepColumns+stepFrom+` WHERE s.stage_id = $1 ORDER BY s.created_at, s.id`, id)
+	if err != nil {
+		return core.Stage{}, nil, err
+	}
+	steps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (core.Step, error) {
+		var st core.Step
+		err := row.Scan(stepScanTargets(&st)...)
+		return st, err
+	})
+	return g, steps, err
+}
+
+// sameDefinition reports whether a stage as stored is what p asks for.
+func sameDefinition(g core.Stage, steps []core.Step, p StageScheduleParams) bool {
+	if g.Final != p.Final {
+		return false
+	}
+	want := map[string]StepSpec{}
+	total := 0
+	for _, sp := range p.Steps {
+		want[sp.Name] = sp
+		total += sp.Instances
+	}
+	if len(steps) != total {
+		return false
+	}
+	for _, st := range steps {
+		sp, ok := want[st.Name]
+		if !ok || st.Instances != sp.Instances || st.MaxRetries != sp.MaxRetries ||
+			!slices.Equal(st.DependsOn, sp.DependsOn) || !maps.Equal(st.Env, sp.Env) && len(st.Env)+len(sp.Env) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // refreshStatuses reads back the statuses of steps a transaction changed.
