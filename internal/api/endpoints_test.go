@@ -448,3 +448,28 @@ func TestArtifacts(t *testing.T) {
 	requireError(t, b.do("POST", "/runs/"+id+"/artifacts", map[string]any{"stepId": sid, "stepName": sname,
 		"sequence": seq, "name": "late", "value": 1}), 409, "CONFLICT")
 }
+
+// A script that passes its attempt (MAXQ_STEP_ATTEMPT) can write only while
+// its attempt is the step's current one.
+func TestAttemptFencing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.trigger("demo")
+	b.schedule(id, "one", false, step("a", 1))
+	claimed, err := b.store.StepClaim(context.Background(), store.StepClaimParams{WorkerID: "w1", Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	sid := claimed[0].ID
+	require.Equal(t, 1, claimed[0].Attempt)
+	art := func(attempt int, name string) response {
+		return b.do("POST", "/runs/"+id+"/artifacts", map[string]any{"stepId": sid, "stepName": "a", "sequence": 0,
+			"name": name, "value": 1, "attempt": attempt})
+	}
+	requireError(t, art(2, "x"), 409, "CONFLICT")
+	art(1, "x").must(t, 201)
+	requireError(t, art(0, "y"), 400, "VALIDATION_ERROR")
+	requireError(t, b.do("PATCH", "/steps/"+sid, map[string]any{"output": 1, "attempt": 2}), 409, "CONFLICT")
+	b.do("PATCH", "/steps/"+sid, map[string]any{"output": 1, "attempt": 1}).must(t, 200)
+	requireError(t, b.do("PATCH", "/steps/"+sid, map[string]any{"status": "completed", "attempt": 3}), 409, "CONFLICT")
+	b.do("PATCH", "/steps/"+sid, map[string]any{"status": "completed", "attempt": 1}).must(t, 200)
+}

@@ -488,6 +488,9 @@ type patchRequest struct {
 	Status *string         `json:"status"`
 	Output json.RawMessage `json:"output"`
 	Error  json.RawMessage `json:"error"`
+	// Attempt (optional, MAXQ_STEP_ATTEMPT) fences the update to the
+	// step's current attempt.
+	Attempt *int `json:"attempt"`
 }
 
 // stepPatch lets a step (or an operator) report on a step: its output at
@@ -504,6 +507,13 @@ func (s *server) stepPatch(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	id := r.PathValue("stepId")
+	attempt := 0
+	if req.Attempt != nil {
+		if *req.Attempt < 1 {
+			return core.Invalid("attempt", "must be 1 or more")
+		}
+		attempt = *req.Attempt
+	}
 	var st core.Step
 	switch {
 	case req.Status == nil && req.Output == nil:
@@ -511,7 +521,7 @@ func (s *server) stepPatch(w http.ResponseWriter, r *http.Request) error {
 	case req.Status == nil && req.Error != nil:
 		return core.Invalid("error", `is only accepted with status "failed"`)
 	case req.Status == nil:
-		st, err = s.store.StepSetOutput(r.Context(), id, req.Output)
+		st, err = s.store.StepSetOutput(r.Context(), id, req.Output, attempt)
 	case *req.Status == string(core.StepCompleted) || *req.Status == string(core.StepFailed):
 		completed := *req.Status == string(core.StepCompleted)
 		if completed && req.Error != nil && string(req.Error) != "null" {
@@ -525,8 +535,12 @@ func (s *server) stepPatch(w http.ResponseWriter, r *http.Request) error {
 			}
 			stepErr, _ = json.Marshal(map[string]any{"reason": core.ReasonReported, "detail": detail})
 		}
-		st, _, err = s.store.StepFinish(r.Context(), store.StepFinishParams{
-			StepID: id, Completed: completed, Output: req.Output, Error: stepErr})
+		var applied bool
+		st, applied, err = s.store.StepFinish(r.Context(), store.StepFinishParams{
+			StepID: id, Attempt: attempt, Completed: completed, Output: req.Output, Error: stepErr})
+		if err == nil && !applied {
+			return fmt.Errorf("%w: attempt %d of step %s is no longer current", core.ErrConflict, attempt, id)
+		}
 	default:
 		return core.Invalid("status", `may be set to "completed" or "failed"`)
 	}
@@ -547,6 +561,9 @@ type artifactRequest struct {
 	Value    json.RawMessage `json:"value"`
 	Tags     []string        `json:"tags"`
 	Metadata json.RawMessage `json:"metadata"`
+	// Attempt (optional, MAXQ_STEP_ATTEMPT) fences the write to the
+	// step's current attempt.
+	Attempt *int `json:"attempt"`
 }
 
 func (s *server) artifactCreate(w http.ResponseWriter, r *http.Request) error {
@@ -591,12 +608,19 @@ func (s *server) artifactCreate(w http.ResponseWriter, r *http.Request) error {
 	if !objectOrNull(req.Metadata) {
 		bad("metadata", "must be an object")
 	}
+	attempt := 0
+	if req.Attempt != nil {
+		if *req.Attempt < 1 {
+			bad("attempt", "must be 1 or more")
+		}
+		attempt = *req.Attempt
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	a, err := s.store.ArtifactCreate(r.Context(), store.ArtifactCreateParams{
 		RunID: r.PathValue("runId"), StepID: *req.StepID, StepName: *req.StepName, Sequence: *req.Sequence,
-		Name: *req.Name, Value: req.Value, Tags: req.Tags, Metadata: req.Metadata})
+		Name: *req.Name, Value: req.Value, Tags: req.Tags, Metadata: req.Metadata, Attempt: attempt})
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,10 @@ type ArtifactCreateParams struct {
 	Value    json.RawMessage
 	Tags     []string
 	Metadata json.RawMessage
+	// Attempt, when set, fences the write: it is refused (ErrConflict)
+	// unless the step is running that attempt, so a superseded attempt
+	// cannot store what the current one will.
+	Attempt int
 }
 
 // ArtifactCreate stores an artifact of a step of the run. The step must be
@@ -53,10 +57,10 @@ func (s *Store) ArtifactCreate(ctx context.Context, p ArtifactCreateParams) (cor
 			return core.Invalid("stepId", "no step "+p.StepID+" in this run")
 		}
 		var name string
-		var seq int
+		var seq, attempt int
 		var status core.StepStatus
-		err := tx.QueryRow(ctx, `SELECT name, sequence, status FROM step WHERE id = $1 AND run_id = $2 FOR SHARE`,
-			p.StepID, p.RunID).Scan(&name, &seq, &status)
+		err := tx.QueryRow(ctx, `SELECT name, sequence, status, attempt FROM step WHERE id = $1 AND run_id = $2 FOR SHARE`,
+			p.StepID, p.RunID).Scan(&name, &seq, &status, &attempt)
 		if err != nil {
 			if isNotFound(err) {
 				return core.Invalid("stepId", "no step "+p.StepID+" in this run")
@@ -71,6 +75,9 @@ func (s *Store) ArtifactCreate(ctx context.Context, p ArtifactCreateParams) (cor
 		}
 		if status.Terminal() {
 			return fmt.Errorf("%w: step %s is %s and can store no more artifacts", core.ErrConflict, p.StepID, status)
+		}
+		if p.Attempt != 0 && (status != core.StepRunning || attempt != p.Attempt) {
+			return fmt.Errorf("%w: attempt %d of step %s is no longer current", core.ErrConflict, p.Attempt, p.StepID)
 		}
 		fullPath := core.FullPath(p.StepName, p.Sequence, p.Name)
 		err = tx.QueryRow(ctx, `INSERT INTO artifact (id, run_id, step_id, step_name, sequence, name, full_path, value, tags, metadata, created_at)

@@ -221,19 +221,24 @@ func (s *Store) StepRelease(ctx context.Context, stepID string, attempt int) (bo
 	return released, nil
 }
 
-// StepSetOutput records output a step reported while it is not finished.
-func (s *Store) StepSetOutput(ctx context.Context, id string, output json.RawMessage) (core.Step, error) {
+// StepSetOutput records output a step reported while it is not finished;
+// with attempt set, only while it runs that attempt.
+func (s *Store) StepSetOutput(ctx context.Context, id string, output json.RawMessage, attempt int) (core.Step, error) {
 	if !validID(id) {
 		return core.Step{}, fmt.Errorf("step %q: %w", id, core.ErrNotFound)
 	}
 	var st core.Step
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		var status core.StepStatus
-		if err := tx.QueryRow(ctx, `SELECT status FROM step WHERE id = $1 FOR UPDATE`, id).Scan(&status); err != nil {
+		var current int
+		if err := tx.QueryRow(ctx, `SELECT status, attempt FROM step WHERE id = $1 FOR UPDATE`, id).Scan(&status, &current); err != nil {
 			return err
 		}
 		if status.Terminal() {
 			return fmt.Errorf("%w: step is %s; its output can no longer change", core.ErrConflict, status)
+		}
+		if attempt != 0 && (status != core.StepRunning || current != attempt) {
+			return fmt.Errorf("%w: attempt %d of step %s is no longer current", core.ErrConflict, attempt, id)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE step SET output = $2 WHERE id = $1`, id, nullJSON(output)); err != nil {
 			return err
