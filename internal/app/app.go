@@ -51,6 +51,10 @@ const (
 	lambdaPoolSize  = 5
 )
 
+// idleInTransactionTimeout (ms) ends sessions idle inside a transaction for
+// longer; MaxQ's own transactions never are.
+const idleInTransactionTimeout = "10000"
+
 // embeddedDBName is the database cmd/local keeps its state in.
 const embeddedDBName = "maxq"
 
@@ -104,6 +108,12 @@ func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("MAXQ_DATABASE_URL: %w", err)
+	}
+	// A session that stays idle inside a transaction — a worker frozen or
+	// cut off mid-transaction — would hold its row locks, and with them
+	// the reaper, for as long as it lives; the server ends it instead.
+	if _, set := pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTransactionTimeout
 	}
 	if !strings.Contains(url, "pool_max_conns") {
 		// pgx's default (the number of CPUs, at least 4) is too few for a

@@ -250,8 +250,9 @@ func (c *collector) tail() string {
 
 // Environ builds a script's environment: the variables of pass found in
 // the worker's own environment, then extra (the stage's env), then the
-// MAXQ_* variables, which nothing can override. Later entries win.
-func Environ(pass []string, extra map[string]string, maxq map[string]string) []string {
+// MAXQ_* variables (and, from the worker, any it must set such as PATH),
+// which nothing before them can override. Later entries win.
+func Environ(pass []string, extra map[string]string, maxq ...map[string]string) []string {
 	env := map[string]string{}
 	var order []string
 	set := func(k, v string) {
@@ -268,8 +269,10 @@ func Environ(pass []string, extra map[string]string, maxq map[string]string) []s
 	for k, v := range extra {
 		set(k, v)
 	}
-	for k, v := range maxq {
-		set(k, v)
+	for _, m := range maxq {
+		for k, v := range m {
+			set(k, v)
+		}
 	}
 	out := make([]string, 0, len(order))
 	for _, k := range order {

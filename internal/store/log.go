@@ -13,25 +13,42 @@ type LogLine struct {
 	RunID      string
 	StepID     string // empty for flow.sh output
 	FlowCallID string // empty for step output
+	Attempt    int    // the attempt of the step or flow call that printed it
 	Level      string // info (stdout) or error (stderr)
 	Message    string
 	Data       json.RawMessage
 	CreatedAt  int64
 }
 
-// LogAppend writes lines with one COPY.
+// logAppendSQL inserts a batch of lines, keeping only those of the current
+// attempt of their step or flow call: what a superseded attempt printed
+// (its worker was paused past its lease, say) is dropped.
+const logAppendSQL = `
+INSERT INTO log (id, run_id, step_id, flow_call_id, level, message, data, created_at)
+SELECT u.id, u.run_id, NULLIF(u.step_id, ''), NULLIF(u.flow_call_id, ''), u.level, u.message, u.data::jsonb, u.created_at
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::int[])
+    AS u(id, run_id, step_id, flow_call_id, level, message, data, created_at, attempt)
+WHERE EXISTS (SELECT 1 FROM step s WHERE s.id = NULLIF(u.step_id, '') AND s.attempt = u.attempt)
+   OR EXISTS (SELECT 1 FROM flow_call f WHERE f.id = NULLIF(u.flow_call_id, '') AND f.attempt = u.attempt)`
+
+// LogAppend writes lines in one statement.
 func (s *Store) LogAppend(ctx context.Context, lines []LogLine) error {
 	if len(lines) == 0 {
 		return nil
 	}
-	_, err := s.pool.CopyFrom(ctx, pgx.Identifier{"log"},
-		[]string{"id", "run_id", "step_id", "flow_call_id", "level", "message", "data", "created_at"},
-		pgx.CopyFromSlice(len(lines), func(i int) ([]any, error) {
-			l := lines[i]
-			return []any{newID(), l.RunID, nullString(l.StepID), nullString(l.FlowCallID), l.Level, l.Message,
-				nullJSON(l.Data), l.CreatedAt}, nil
-		}))
-	if err != nil {
+	n := len(lines)
+	ids, runs, steps, calls := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	levels, messages, data := make([]string, n), make([]string, n), make([]*string, n)
+	at, attempts := make([]int64, n), make([]int32, n)
+	for i, l := range lines {
+		ids[i], runs[i], steps[i], calls[i] = newID(), l.RunID, l.StepID, l.FlowCallID
+		levels[i], messages[i], at[i], attempts[i] = l.Level, l.Message, l.CreatedAt, int32(l.Attempt)
+		if len(l.Data) > 0 {
+			d := string(l.Data)
+			data[i] = &d
+		}
+	}
+	if _, err := s.pool.Exec(ctx, logAppendSQL, ids, runs, steps, calls, levels, messages, data, at, attempts); err != nil {
 		return fmt.Errorf("append log lines: %w", interpretError(err))
 	}
 	return nil

@@ -52,7 +52,7 @@ func (b *logBatcher) sink(runID, stepID, callID string, attempt int) func(script
 		if l.Stream == script.Stderr {
 			level = "error"
 		}
-		b.lines <- logItem{line: store.LogLine{RunID: runID, StepID: stepID, FlowCallID: callID, Level: level,
+		b.lines <- logItem{line: store.LogLine{RunID: runID, StepID: stepID, FlowCallID: callID, Attempt: attempt, Level: level,
 			Message: cleanText(l.Text), Data: data[l.Stream], CreatedAt: l.At.UnixMilli()}}
 	}
 }

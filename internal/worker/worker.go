@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Tokens issues each script's MAXQ_TOKEN, valid for its own run.
 	Tokens auth.Tokens
+	// BinDir, when set, goes first on every script's PATH; it holds the
+	// maxq CLI.
+	BinDir string
 	// ShutdownGrace is how long a stopping worker lets running scripts
 	// finish before it stops them and hands their work back (default 30 s).
 	ShutdownGrace time.Duration
@@ -370,7 +374,7 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 		"MAXQ_WORK_DIR":       workDir,
 		"TMPDIR":              workDir,
 		"MAXQ_TOKEN":          w.cfg.Tokens.RunToken(c.RunID),
-	})
+	}, w.pathEnv())
 	timeout := time.Duration(c.TimeoutMs) * time.Millisecond
 	res := script.Run(ctx, script.Spec{
 		Path:           w.cfg.Catalog.StepScript(c.FlowName, c.Name),
@@ -448,7 +452,7 @@ func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 		"MAXQ_WORK_DIR":        workDir,
 		"TMPDIR":               workDir,
 		"MAXQ_TOKEN":           w.cfg.Tokens.RunToken(c.RunID),
-	})
+	}, w.pathEnv())
 	var res script.Result
 	if _, err := w.cfg.Catalog.Flow(c.FlowName); err != nil {
 		res = script.Result{ExitCode: -1, StartErr: err}
@@ -501,6 +505,18 @@ func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 	case callErr != nil:
 		log.Warn("flow.sh failed; run failed", "exit_code", res.ExitCode, "stderr", res.StderrTail)
 	}
+}
+
+// pathEnv puts BinDir first on the PATH the scripts get.
+func (w *Worker) pathEnv() map[string]string {
+	if w.cfg.BinDir == "" {
+		return nil
+	}
+	path := w.cfg.BinDir
+	if p := os.Getenv("PATH"); p != "" && slices.Contains(w.cfg.PassEnv, "PATH") {
+		path += string(os.PathListSeparator) + p
+	}
+	return map[string]string{"PATH": path}
 }
 
 // failure describes a failed script run as an error object.
