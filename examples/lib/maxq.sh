@@ -200,7 +200,8 @@ maxq_schedule() {
 #   object. Artifacts are immutable: storing NAME again with the very same
 #   value succeeds and changes nothing, with another value it fails (HTTP
 #   409). (A failed attempt's artifacts are discarded, so a retry starts
-#   afresh.)
+#   afresh.) The step's attempt (MAXQ_STEP_ATTEMPT) goes with it, so an
+#   attempt that was superseded — its worker lost — is refused (HTTP 409).
 #
 #   maxq_artifact_put greeting "$(jq -nc --arg m "Hello, $NAME!" '{message: $m}')"
 #   jq -c . result.json | maxq_artifact_put result - processed,v2
@@ -217,10 +218,11 @@ maxq_artifact_put() {
   local body
   body=$(jq -c --arg stepId "$MAXQ_STEP_ID" --arg stepName "$MAXQ_STEP_NAME" \
     --argjson sequence "$MAXQ_STEP_SEQUENCE" --arg name "$name" --arg tags "$tags" \
-    --argjson metadata "$metadata" '
+    --arg attempt "${MAXQ_STEP_ATTEMPT:-}" --argjson metadata "$metadata" '
       {stepId: $stepId, stepName: $stepName, sequence: $sequence, name: $name, value: .,
        tags: ($tags | split(",") | map(gsub("^\\s+|\\s+$"; "") | select(length > 0)))}
-      + if $metadata == null then {} else {metadata: $metadata} end' <<<"$value") || {
+      + if $metadata == null then {} else {metadata: $metadata} end
+      + if $attempt == "" then {} else {attempt: ($attempt | tonumber)} end' <<<"$value") || {
     echo "maxq_artifact_put: artifact $name: the value (or metadata) is not valid JSON" >&2
     return 1
   }
@@ -297,7 +299,8 @@ maxq_output() {
   if [[ $value == - ]]; then
     value=$(cat) || return 1
   fi
-  body=$(jq -c '{output: .}' <<<"$value") || {
+  body=$(jq -c --arg attempt "${MAXQ_STEP_ATTEMPT:-}" \
+    '{output: .} + if $attempt == "" then {} else {attempt: ($attempt | tonumber)} end' <<<"$value") || {
     echo "maxq_output: the output is not valid JSON" >&2
     return 1
   }
