@@ -159,15 +159,20 @@ func (s *server) runGet(w http.ResponseWriter, r *http.Request) error {
 }
 
 // logList answers a run's log lines after a cursor: GET
-// /runs/{id}/logs?stepId=&after=&limit=. "next" is the cursor to pass as
-// after to get the lines that come later.
+// /runs/{id}/logs?stepId=&after=&limit=. Lines come in commit order; "next"
+// is the cursor to pass as after to get the lines that come later (it is
+// the cursor of the last line, or after itself when there is none), and no
+// line ever appears behind a cursor once handed out.
 func (s *server) logList(w http.ResponseWriter, r *http.Request) error {
 	q := newQuery(r)
 	p := store.LogListParams{
 		RunID:  r.PathValue("runId"),
 		StepID: q.str("stepId"),
-		After:  int64(q.integer("after", 0, 0, 1<<62)),
+		After:  q.str("after"),
 		Limit:  q.integer("limit", 1000, 1, 10000),
+	}
+	if !store.ParseLogCursor(p.After) {
+		q.errs = append(q.errs, core.Invalid("after", "not a cursor from this API (use the \"next\" of a previous answer)"))
 	}
 	if err := q.err(); err != nil {
 		return err
@@ -178,7 +183,7 @@ func (s *server) logList(w http.ResponseWriter, r *http.Request) error {
 	}
 	next := p.After
 	if len(lines) > 0 {
-		next = lines[len(lines)-1].Seq
+		next = lines[len(lines)-1].Cursor
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"logs": lines, "next": next})
 	return nil

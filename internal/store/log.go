@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/maxq-dev/maxq/internal/core"
 )
 
 // LogLine is one line a script printed.
@@ -72,18 +75,53 @@ type LogEntry struct {
 	Message    string          `json:"message"`
 	Data       json.RawMessage `json:"data"`
 	CreatedAt  int64           `json:"createdAt"`
+	// Cursor is this line's place in commit order; pass the last one seen
+	// as LogListParams.After.
+	Cursor string `json:"cursor"`
 }
 
 // LogListParams selects a run's log lines after a cursor.
 type LogListParams struct {
 	RunID  string
 	StepID string // optional
-	After  int64  // the seq of the last line already seen
+	After  string // the Cursor of the last line already seen; "" from the start
 	Limit  int
 }
 
-// LogList returns up to Limit lines of a run (or of one of its steps) with
-// seq > After, in the order they were written.
+// ParseLogCursor checks a cursor a client sent.
+func ParseLogCursor(c string) bool {
+	_, _, ok := splitCursor(c)
+	return ok
+}
+
+func splitCursor(c string) (xact, seq string, ok bool) {
+	if c == "" {
+		return "0", "0", true
+	}
+	xact, seq, found := strings.Cut(c, ".")
+	if !found || !digits(xact) || !digits(seq) || len(xact) > 19 || len(seq) > 18 {
+		return "", "", false
+	}
+	return xact, seq, true
+}
+
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// LogList returns up to Limit lines of a run (or of one of its steps) that
+// come after the cursor After, in commit order (and, within one write,
+// the order they were printed). While the run is not finished, it returns
+// only lines of transactions older than every transaction still running,
+// so no line can later commit behind a cursor it handed out.
 func (s *Store) LogList(ctx context.Context, p LogListParams) ([]LogEntry, error) {
 	if err := s.runExists(ctx, p.RunID); err != nil {
 		return nil, err
@@ -91,20 +129,30 @@ func (s *Store) LogList(ctx context.Context, p LogListParams) ([]LogEntry, error
 	if p.StepID != "" && !validID(p.StepID) {
 		return []LogEntry{}, nil
 	}
+	xact, seq, ok := splitCursor(p.After)
+	if !ok {
+		return nil, core.Invalid("after", "not a cursor from this API")
+	}
 	where, args := filters{}.
 		add("l.run_id = $%d", p.RunID, true).
 		add("l.step_id = $%d", p.StepID, p.StepID != "").
-		add("l.seq > $%d", p.After, true).
+		add("(l.xact_id, l.seq) > ($%d::text::xid8, ", xact, true).
 		build()
-	rows, err := s.pool.Query(ctx, `SELECT l.seq, l.step_id, s.name, s.sequence, l.flow_call_id, l.level, l.message, l.data, l.created_at
-		FROM log l LEFT JOIN step s ON s.id = l.step_id`+where+fmt.Sprintf(" ORDER BY l.seq LIMIT $%d", len(args)+1),
+	args = append(args, seq)
+	where += fmt.Sprintf("$%d::bigint)", len(args))
+	where += ` AND (l.xact_id < pg_snapshot_xmin(pg_current_snapshot())
+		OR (SELECT status FROM run WHERE id = l.run_id) IN ('completed', 'failed', 'cancelled'))`
+	rows, err := s.pool.Query(ctx, `SELECT l.seq, l.step_id, s.name, s.sequence, l.flow_call_id, l.level, l.message, l.data,
+		    l.created_at, l.xact_id::text || '.' || l.seq
+		FROM log l LEFT JOIN step s ON s.id = l.step_id`+where+fmt.Sprintf(" ORDER BY l.xact_id, l.seq LIMIT $%d", len(args)+1),
 		append(args, p.Limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("list log lines: %w", interpretError(err))
 	}
 	lines, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (LogEntry, error) {
 		var e LogEntry
-		err := row.Scan(&e.Seq, &e.StepID, &e.StepName, &e.Sequence, &e.FlowCallID, &e.Level, &e.Message, &e.Data, &e.CreatedAt)
+		err := row.Scan(&e.Seq, &e.StepID, &e.StepName, &e.Sequence, &e.FlowCallID, &e.Level, &e.Message, &e.Data,
+			&e.CreatedAt, &e.Cursor)
 		return e, err
 	})
 	if err != nil {
