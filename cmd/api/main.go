@@ -4,35 +4,8 @@
 // server on MAXQ_HOST:MAXQ_PORT. It keeps no state: run as many as you like.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/maxq-dev/maxq/internal/app"
-	"github.com/maxq-dev/maxq/internal/config"
-)
+import "github.com/maxq-dev/maxq/internal/app"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	defaults := config.Defaults()
-	if app.InLambda() {
-		defaults = app.LambdaDefaults()
-	}
-	cfg, err := config.Parse(os.Getenv, defaults)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "maxq-api: bad configuration:", err)
-		os.Exit(2)
-	}
-	run := app.RunAPI
-	if app.InLambda() {
-		run = app.StartAPILambda
-	}
-	if err := run(ctx, cfg, app.Logger(cfg)); err != nil {
-		fmt.Fprintln(os.Stderr, "maxq-api:", err)
-		os.Exit(1)
-	}
+	app.Main(app.Binary{Name: "maxq-api", Run: app.RunAPI, Lambda: app.StartAPILambda})
 }

@@ -6,35 +6,8 @@
 // SIGTERM, with a reaper on a schedule.
 package main
 
-import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/maxq-dev/maxq/internal/app"
-	"github.com/maxq-dev/maxq/internal/config"
-)
+import "github.com/maxq-dev/maxq/internal/app"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	defaults := config.Defaults()
-	if app.InLambda() {
-		defaults = app.LambdaDefaults()
-	}
-	cfg, err := config.Parse(os.Getenv, defaults)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "maxq-worker: bad configuration:", err)
-		os.Exit(2)
-	}
-	run := app.RunWorker
-	if app.InLambda() {
-		run = app.StartWorkerLambda
-	}
-	if err := run(ctx, cfg, app.Logger(cfg)); err != nil {
-		fmt.Fprintln(os.Stderr, "maxq-worker:", err)
-		os.Exit(1)
-	}
+	app.Main(app.Binary{Name: "maxq-worker", Run: app.RunWorker, Lambda: app.StartWorkerLambda})
 }

@@ -76,6 +76,7 @@ type WorkerFunction struct {
 	catalog flow.Catalog
 	logger  *slog.Logger
 	reaper  *reaper.Reaper // lives as long as the container
+	binDir  string         // holds the maxq CLI for scripts
 	close   func()
 }
 
@@ -94,8 +95,9 @@ func NewWorkerFunction(ctx context.Context, cfg config.Config, logger *slog.Logg
 		return nil, err
 	}
 	st := store.New(db.Pool)
-	return &WorkerFunction{cfg: cfg, store: st, catalog: catalog, logger: logger,
-		reaper: reaper.New(ReaperConfig(cfg, st, logger)), close: db.Close}, nil
+	binDir, removeBinDir := CLIBinDir(logger)
+	return &WorkerFunction{cfg: cfg, store: st, catalog: catalog, logger: logger, binDir: binDir,
+		reaper: reaper.New(ReaperConfig(cfg, st, logger)), close: func() { db.Close(); removeBinDir() }}, nil
 }
 
 // Close closes the database pool.
@@ -114,7 +116,9 @@ func (f *WorkerFunction) Handle(ctx context.Context, _ json.RawMessage) (WorkerR
 		f.logger.Warn("reaper sweep failed", "err", err)
 	}
 	res.StepsReaped, res.FlowCallsReaped, res.RunsSettled = sweep.StepsLost, sweep.FlowCallsLost, sweep.RunsSettled
-	report, err := worker.New(WorkerConfig(f.cfg, f.store, f.catalog, f.logger, f.cfg.APIURL)).Drain(ctx, deadline)
+	wc := WorkerConfig(f.cfg, f.store, f.catalog, f.logger, f.cfg.APIURL)
+	wc.BinDir = f.binDir
+	report, err := worker.New(wc).Drain(ctx, deadline)
 	res.Report = report
 	f.logger.Info("invocation done", "steps_claimed", report.StepsClaimed, "flow_calls_claimed", report.FlowCallsClaimed,
 		"steps_completed", report.StepsCompleted, "steps_failed", report.StepsFailed, "handed_back", report.HandedBack,

@@ -92,7 +92,11 @@ func runWorker(ctx context.Context, cfg config.Config, st *store.Store, catalog 
 	rctx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() { done <- reaper.New(ReaperConfig(cfg, st, logger)).Run(rctx) }()
-	err := worker.New(WorkerConfig(cfg, st, catalog, logger, apiURL)).Run(ctx)
+	wc := WorkerConfig(cfg, st, catalog, logger, apiURL)
+	binDir, removeBinDir := CLIBinDir(logger)
+	defer removeBinDir()
+	wc.BinDir = binDir
+	err := worker.New(wc).Run(ctx)
 	stopReaper()
 	return errors.Join(err, <-done)
 }
