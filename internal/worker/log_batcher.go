@@ -72,11 +72,24 @@ func (b *logBatcher) loop() {
 		if len(batch) == 0 {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := b.store.LogAppend(ctx, batch); err != nil {
-			b.logger.Error("write script output to the log table", "lines", len(batch), "err", err)
+		// A database restart must not lose output: retry for a while
+		// (scripts printing meanwhile wait on the bounded queue).
+		delay := 100 * time.Millisecond
+		for start := time.Now(); ; {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := b.store.LogAppend(ctx, batch)
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Since(start) > time.Minute {
+				b.logger.Error("write script output to the log table: giving up", "lines", len(batch), "err", err)
+				break
+			}
+			b.logger.Warn("write script output to the log table: retrying", "lines", len(batch), "err", err)
+			time.Sleep(delay)
+			delay = min(2*delay, 5*time.Second)
 		}
-		cancel()
 		batch = batch[:0]
 	}
 	for {
