@@ -144,7 +144,7 @@ type ClaimedFlowCall struct {
 // once; the claim clears flow_ready and starts a pending run.
 const flowCallClaimSQL = `
 WITH r AS (
-    SELECT id FROM run WHERE flow_ready ORDER BY flow_ready_at LIMIT $2 FOR UPDATE SKIP LOCKED
+    SELECT id FROM run WHERE flow_ready ORDER BY flow_ready_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED
 ), c AS (
     SELECT DISTINCT ON (f.run_id) f.id FROM flow_call f JOIN r ON r.id = f.run_id
     WHERE f.status = 'pending'

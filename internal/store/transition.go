@@ -134,20 +134,27 @@ func (t *transition) settle() error {
 		n := t.done[id]
 		var g core.Stage
 		var left int
-		err := t.tx.QueryRow(t.ctx, `UPDATE stage SET steps_left = steps_left - $2 WHERE id = $1
-			RETURNING id, run_id, name, status, final, steps_left`, id, n).
-			Scan(&g.ID, &g.RunID, &g.Name, &g.Status, &g.Final, &left)
+		// One update: a second one of the same row in this transaction
+		// would re-check its foreign key and share-lock the run row.
+		var wasRunning bool
+		err := t.tx.QueryRow(t.ctx, `UPDATE stage SET steps_left = steps_left - $2,
+			    status = CASE WHEN steps_left = $2 AND status = 'running' THEN 'completed' ELSE status END,
+			    completed_at = CASE WHEN steps_left = $2 AND status = 'running' THEN $3 ELSE completed_at END
+			WHERE id = $1
+			RETURNING id, run_id, name, status, final, steps_left, steps_left = 0 AND status = 'completed' AND completed_at = $3`,
+			id, n, t.now).
+			Scan(&g.ID, &g.RunID, &g.Name, &g.Status, &g.Final, &left, &wasRunning)
 		if err != nil {
 			return fmt.Errorf("count stage steps: %w", err)
 		}
 		if left > 0 {
 			continue
 		}
+		if wasRunning {
+			g.Status = core.StageRunning // it completed just now
+		}
 		switch g.Status {
 		case core.StageRunning:
-			if _, err := t.tx.Exec(t.ctx, `UPDATE stage SET status = 'completed', completed_at = $2 WHERE id = $1`, id, t.now); err != nil {
-				return fmt.Errorf("complete stage: %w", err)
-			}
 			if g.Final {
 				if err := t.runFinish(g.RunID, core.RunCompleted, nil); err != nil {
 					return err
@@ -175,7 +182,9 @@ func (t *transition) settle() error {
 // finishes a flow call takes it first, so they see each other's writes.
 func (t *transition) lockRun(runID string) (core.RunStatus, error) {
 	var status core.RunStatus
-	err := t.tx.QueryRow(t.ctx, `SELECT status FROM run WHERE id = $1 FOR UPDATE`, runID).Scan(&status)
+	// NO KEY UPDATE: inserting a stage, step or flow call of the run takes
+	// FOR KEY SHARE on it (the foreign key), which must not wait for this.
+	err := t.tx.QueryRow(t.ctx, `SELECT status FROM run WHERE id = $1 FOR NO KEY UPDATE`, runID).Scan(&status)
 	if err != nil {
 		return "", fmt.Errorf("lock run: %w", err)
 	}
