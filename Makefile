@@ -51,6 +51,9 @@ test: ## run every test (starts its own PostgreSQL)
 check: ## what CI runs: gofmt, vet, cfn-lint (if installed), tests
 	bash .ci/run
 
+bench: ## run the benchmarks (own PostgreSQL, under 10 minutes) and print the table; BENCH_FLAGS=--quick for a smoke run
+	go run ./cmd/maxq-bench $(BENCH_FLAGS)
+
 build: ## both Lambda packages into BUILD_DIR, as sam build makes them (ARCH=, FLOWS_DIR=)
 	$(MAKE) build-ApiFunction ARTIFACTS_DIR="$(abspath $(BUILD_DIR))/ApiFunction"
 	$(MAKE) build-WorkerFunction ARTIFACTS_DIR="$(abspath $(BUILD_DIR))/WorkerFunction"
@@ -72,4 +75,4 @@ sam/validate: ## check template.yaml: cfn-lint, and sam validate when the SAM CL
 	@if command -v sam >/dev/null 2>&1; then echo 'sam validate'; \
 		sam validate --template template.yaml --region "$${AWS_REGION:-$${AWS_DEFAULT_REGION:-us-east-1}}"; fi
 
-.PHONY: help run test check build build-ApiFunction build-WorkerFunction sam/validate
+.PHONY: help run test check bench build build-ApiFunction build-WorkerFunction sam/validate
