@@ -111,6 +111,8 @@ type StepFinishParams struct {
 	ExitCode  *int
 	// Retry lets a failure go back to pending when retries remain.
 	Retry bool
+	// NoReadBack skips reading the step back (a worker has no use for it).
+	NoReadBack bool
 }
 
 // StepFinish applies the outcome of a step attempt and everything that
@@ -129,11 +131,13 @@ func (s *Store) StepFinish(ctx context.Context, p StepFinishParams) (st core.Ste
 		if applied, err = t.stepFinish(p); err != nil {
 			return err
 		}
-		if err := t.settle(); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `SELECT `+stepColumns+stepFrom+` WHERE s.id = $1`, p.StepID).Scan(stepScanTargets(&st)...)
+		// settle takes the stage's row lock; nothing else comes after it
+		// but the commit, so completions of one stage queue briefly.
+		return t.settle()
 	})
+	if err == nil && !p.NoReadBack {
+		st, err = s.StepGet(ctx, p.StepID)
+	}
 	if err != nil {
 		return core.Step{}, false, fmt.Errorf("finish step %s: %w", p.StepID, err)
 	}

@@ -407,7 +407,8 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 	var applied bool
 	w.record(ctx, log, "record step result", func(ctx context.Context) (err error) {
 		_, applied, err = w.store.StepFinish(ctx, store.StepFinishParams{
-			StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true})
+			StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true,
+			NoReadBack: true})
 		return err
 	})
 	if !applied {
