@@ -6,78 +6,31 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/maxq-dev/maxq/internal/core"
 )
 
-// The API's objects, as far as maxq reads them. -o json prints the API's
-// own bytes, not these.
+// The API's objects are core's: the wire format has one definition. -o json
+// prints the API's own bytes, not these.
 
 type runJSON struct {
-	ID          string          `json:"id"`
-	FlowName    string          `json:"flowName"`
-	Status      string          `json:"status"`
-	Input       json.RawMessage `json:"input"`
-	Output      json.RawMessage `json:"output"`
-	Error       json.RawMessage `json:"error"`
-	Metadata    json.RawMessage `json:"metadata"`
-	CreatedAt   int64           `json:"createdAt"`
-	StartedAt   *int64          `json:"startedAt"`
-	CompletedAt *int64          `json:"completedAt"`
-	DurationMs  *int64          `json:"durationMs"`
-	Stages      []stageJSON     `json:"stages"`
-	Version     string          `json:"version"`
+	core.Run
+	Stages  []stageJSON `json:"stages"`
+	Version string      `json:"version"`
 }
 
-func (r runJSON) terminal() bool { return terminalStatus(r.Status) }
+func (r runJSON) terminal() bool { return r.Status.Terminal() }
 
-func terminalStatus(s string) bool {
-	return s == "completed" || s == "failed" || s == "cancelled"
-}
+type stageJSON = core.Stage
 
-type stageJSON struct {
-	Name        string `json:"name"`
-	Status      string `json:"status"`
-	Final       bool   `json:"final"`
-	CreatedAt   int64  `json:"createdAt"`
-	CompletedAt *int64 `json:"completedAt"`
-}
+type stepJSON struct{ core.Step }
 
-type stepJSON struct {
-	ID          string          `json:"id"`
-	Stage       string          `json:"stage"`
-	Name        string          `json:"name"`
-	Sequence    int             `json:"sequence"`
-	Status      string          `json:"status"`
-	DependsOn   []string        `json:"dependsOn"`
-	RetryCount  int             `json:"retryCount"`
-	MaxRetries  int             `json:"maxRetries"`
-	Output      json.RawMessage `json:"output"`
-	Error       json.RawMessage `json:"error"`
-	CreatedAt   int64           `json:"createdAt"`
-	StartedAt   *int64          `json:"startedAt"`
-	CompletedAt *int64          `json:"completedAt"`
-	DurationMs  *int64          `json:"durationMs"`
-	Instances   int             `json:"instances"`
-	Attempt     int             `json:"attempt"`
-	ExitCode    *int            `json:"exitCode"`
-}
-
-func (s stepJSON) terminal() bool { return terminalStatus(s.Status) }
+func (s stepJSON) terminal() bool { return s.Status.Terminal() }
 
 // label is "name[sequence]".
 func (s stepJSON) label() string { return s.Name + "[" + strconv.Itoa(s.Sequence) + "]" }
 
-type artifactJSON struct {
-	ID        string          `json:"id"`
-	StepID    string          `json:"stepId"`
-	StepName  string          `json:"stepName"`
-	Sequence  int             `json:"sequence"`
-	Name      string          `json:"name"`
-	FullPath  string          `json:"fullPath"`
-	Value     json.RawMessage `json:"value"`
-	Tags      []string        `json:"tags"`
-	Metadata  json.RawMessage `json:"metadata"`
-	CreatedAt int64           `json:"createdAt"`
-}
+type artifactJSON = core.Artifact
 
 type paginationJSON struct {
 	Total  int `json:"total"`

@@ -158,11 +158,9 @@ func (c *cli) follow(cl *client, id string, o followOptions) (runJSON, []byte, e
 		stopTail()
 		<-tailDone
 		if errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil && o.timeout > 0 {
-			status := r.Status
-			if status == "" {
-				status = "status unknown"
-			} else {
-				status = "still " + status
+			status := "status unknown"
+			if r.Status != "" {
+				status = "still " + string(r.Status)
 			}
 			d.close()
 			return r, raw, &timeoutError{runID: id, timeout: o.timeout, status: status}

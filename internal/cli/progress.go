@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/maxq-dev/maxq/internal/core"
 )
 
 // display writes lines on the writer progress goes to, from several
@@ -117,23 +119,23 @@ type tracker struct {
 	d      *display
 	runID  string
 	first  bool
-	status string
-	stages map[string]string     // stage → status
-	counts map[string]string     // stage → the counts last printed
-	steps  map[string]stepJSON   // id → last seen
-	cur    runJSON               // the latest snapshot, for the live line
-	byName map[string][]stepJSON // stage → its steps, latest
+	status core.RunStatus
+	stages map[string]core.StageStatus // stage → status
+	counts map[string]string           // stage → the counts last printed
+	steps  map[string]stepJSON         // id → last seen
+	cur    runJSON                     // the latest snapshot, for the live line
+	byName map[string][]stepJSON       // stage → its steps, latest
 	mu     sync.Mutex
 }
 
 func newTracker(d *display, runID string) *tracker {
-	return &tracker{d: d, runID: runID, first: true, stages: map[string]string{}, counts: map[string]string{},
+	return &tracker{d: d, runID: runID, first: true, stages: map[string]core.StageStatus{}, counts: map[string]string{},
 		steps: map[string]stepJSON{}, byName: map[string][]stepJSON{}}
 }
 
 // stageCounts is "3/10 steps done, 2 running, 1 failed".
 func stageCounts(steps []stepJSON) string {
-	n := map[string]int{}
+	n := map[core.StepStatus]int{}
 	retrying := 0
 	for _, s := range steps {
 		n[s.Status]++
@@ -215,13 +217,13 @@ func (t *tracker) changes(r runJSON, steps []stepJSON) []string {
 		counts := stageCounts(byStage[g.Name])
 		prev := t.stages[g.Name]
 		switch {
-		case terminalStatus(g.Status) && prev != g.Status:
+		case g.Status.Terminal() && prev != g.Status:
 			msg := fmt.Sprintf("stage %s %s: %s", g.Name, g.Status, counts)
 			if g.CompletedAt != nil {
 				msg += " in " + formatDuration(time.Duration(*g.CompletedAt-g.CreatedAt)*time.Millisecond)
 			}
 			out = append(out, msg)
-		case !terminalStatus(g.Status) && !t.d.tty && counts != t.counts[g.Name]:
+		case !g.Status.Terminal() && !t.d.tty && counts != t.counts[g.Name]:
 			out = append(out, fmt.Sprintf("stage %s %s: %s", g.Name, g.Status, counts))
 		}
 		t.stages[g.Name] = g.Status
@@ -245,7 +247,7 @@ func (t *tracker) liveLine() string {
 		s += " " + d
 	}
 	for _, g := range r.Stages {
-		if !terminalStatus(g.Status) {
+		if !g.Status.Terminal() {
 			s += fmt.Sprintf(" · stage %s: %s", g.Name, stageCounts(t.byName[g.Name]))
 		}
 	}

@@ -95,7 +95,7 @@ func (c *cli) cmdRuns(cmd *command, args []string) error {
 	now := time.Now()
 	t := newTable(c.stdout, "RUN", "FLOW", "STATUS", "CREATED", "DURATION")
 	for _, r := range out.Runs {
-		t.row(r.ID, r.FlowName, r.Status, formatTime(r.CreatedAt), durationOf(r.DurationMs, r.StartedAt, now))
+		t.row(r.ID, r.FlowName, string(r.Status), formatTime(r.CreatedAt), durationOf(r.DurationMs, r.StartedAt, now))
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -264,7 +264,7 @@ func printTree(w io.Writer, r runJSON, steps []stepJSON, now time.Time) error {
 			if i == len(ss)-1 {
 				branch = "└─ "
 			}
-			t.row(branch+s.label(), s.Status, fmt.Sprintf("%d/%d", s.RetryCount, s.MaxRetries),
+			t.row(branch+s.label(), string(s.Status), fmt.Sprintf("%d/%d", s.RetryCount, s.MaxRetries),
 				durationOf(s.DurationMs, s.StartedAt, now), errorSummary(s.Error))
 		}
 	}
@@ -305,7 +305,7 @@ func (c *cli) cmdSteps(cmd *command, args []string) error {
 		if s.ExitCode != nil {
 			exit = strconv.Itoa(*s.ExitCode)
 		}
-		t.row(s.label(), s.Stage, s.Status, fmt.Sprintf("%d/%d", s.RetryCount, s.MaxRetries), strconv.Itoa(s.Attempt),
+		t.row(s.label(), s.Stage, string(s.Status), fmt.Sprintf("%d/%d", s.RetryCount, s.MaxRetries), strconv.Itoa(s.Attempt),
 			durationOf(s.DurationMs, s.StartedAt, now), exit, s.ID)
 	}
 	return t.flush()

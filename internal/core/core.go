@@ -82,6 +82,11 @@ const (
 	StageCancelled StageStatus = "cancelled"
 )
 
+// Terminal reports whether a stage in status s has ended.
+func (s StageStatus) Terminal() bool {
+	return s == StageCompleted || s == StageFailed || s == StageCancelled
+}
+
 // StepStatus is the state of a step: pending → running → completed | failed |
 // cancelled, and running → pending when an attempt fails and retries remain.
 type StepStatus string
