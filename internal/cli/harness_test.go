@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"github.com/maxq-dev/maxq/internal/api"
 	"github.com/maxq-dev/maxq/internal/app"
 	"github.com/maxq-dev/maxq/internal/auth"
+	"github.com/maxq-dev/maxq/internal/buildtest"
 	"github.com/maxq-dev/maxq/internal/config"
 	"github.com/maxq-dev/maxq/internal/flow"
 	"github.com/maxq-dev/maxq/internal/pgtest"
@@ -29,65 +29,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// binDirPattern names the directories the binaries are built into, one per
-// test process.
-const binDirPattern = "maxq-cli-test-"
-
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
 // binaries builds cmd/maxq and cmd/worker once per test binary and returns
-// their paths. pgtest.Main exits the process, so the directory cannot be
-// removed after the tests; each build sweeps those of processes that are
-// gone.
+// their paths.
 func binaries(t *testing.T) (maxq, workerBin string) {
 	t.Helper()
-	buildOnce.Do(func() {
-		sweepBinDirs()
-		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", binDirPattern, os.Getpid()))
-		if err != nil {
-			buildErr = err
-			return
-		}
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("find the go command: %w", err)
-			return
-		}
-		root, err := filepath.Abs(filepath.Join("..", ".."))
-		if err != nil {
-			buildErr = err
-			return
-		}
-		for _, b := range []struct{ out, pkg string }{{"maxq", "./cmd/maxq"}, {"maxq-worker", "./cmd/worker"}} {
-			cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, b.out), b.pkg)
-			cmd.Dir = root
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
-				return
-			}
-		}
-		binDir = dir
-	})
-	require.NoError(t, buildErr)
-	return filepath.Join(binDir, "maxq"), filepath.Join(binDir, "maxq-worker")
-}
-
-// sweepBinDirs removes the binary directories of test processes that no
-// longer run.
-func sweepBinDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPattern+"*"))
-	for _, dir := range dirs {
-		pidText, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), binDirPattern), "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
-			continue
-		}
-		_ = os.RemoveAll(dir)
-	}
+	return buildtest.Binary(t, "./cmd/maxq"), buildtest.Binary(t, "./cmd/worker", "maxq-worker")
 }
 
 // stack is an in-process API on a database of the test's own, with an

@@ -34,71 +34,13 @@ import (
 
 	"github.com/maxq-dev/maxq/internal/api"
 	"github.com/maxq-dev/maxq/internal/app"
+	"github.com/maxq-dev/maxq/internal/buildtest"
 	"github.com/maxq-dev/maxq/internal/flow"
 	"github.com/maxq-dev/maxq/internal/pgtest"
 	"github.com/maxq-dev/maxq/internal/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// binDirPattern names the directories the worker binary is built into, one
-// per test process.
-const binDirPattern = "maxq-faults-"
-
-var (
-	buildOnce sync.Once
-	workerBin string
-	buildErr  error
-)
-
-// workerBinary builds cmd/worker once per test binary and returns its path.
-// pgtest.Main exits the process, so the directory cannot be removed after
-// the tests; each build sweeps the ones left by processes that are gone.
-func workerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		sweepBinDirs()
-		dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d-", binDirPattern, os.Getpid()))
-		if err != nil {
-			buildErr = err
-			return
-		}
-		goBin, err := exec.LookPath("go")
-		if err != nil {
-			buildErr = fmt.Errorf("find the go command: %w", err)
-			return
-		}
-		root, err := filepath.Abs(filepath.Join("..", ".."))
-		if err != nil {
-			buildErr = err
-			return
-		}
-		bin := filepath.Join(dir, "maxq-worker")
-		cmd := exec.Command(goBin, "build", "-o", bin, "./cmd/worker")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/worker: %w\n%s", err, out)
-			return
-		}
-		workerBin = bin
-	})
-	require.NoError(t, buildErr)
-	return workerBin
-}
-
-// sweepBinDirs removes the binary directories of test processes that no
-// longer run.
-func sweepBinDirs() {
-	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), binDirPattern+"*"))
-	for _, dir := range dirs {
-		pidText, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(dir), binDirPattern), "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) != syscall.ESRCH {
-			continue
-		}
-		_ = os.RemoveAll(dir)
-	}
-}
 
 // stack is an in-process API on a database of the test's own, and worker
 // processes started and stopped by the test.
@@ -168,7 +110,7 @@ type workerProc struct {
 // env. Its output goes to a file printed if the test fails.
 func (s *stack) startWorker(name string, env map[string]string) *workerProc {
 	s.t.Helper()
-	bin := workerBinary(s.t)
+	bin := buildtest.Binary(s.t, "./cmd/worker", "maxq-worker")
 	vars := map[string]string{
 		"PATH":              os.Getenv("PATH"),
 		"HOME":              os.Getenv("HOME"),
