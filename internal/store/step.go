@@ -144,6 +144,62 @@ func (s *Store) StepFinish(ctx context.Context, p StepFinishParams) (st core.Ste
 	return st, applied, nil
 }
 
+// StepsFinish records the outcomes of many step attempts, all fenced by
+// their attempt, in one transaction: a worker's completions are gathered
+// while the previous batch commits, so under load each stage row is
+// updated once per batch rather than once per step. Completions are
+// applied by one statement that also releases their dependents; other
+// outcomes go through the same transition as StepFinish. applied[i] is
+// false when outcome i was fenced off. woke reports that the batch made
+// work ready.
+func (s *Store) StepsFinish(ctx context.Context, outcomes []StepFinishParams) (applied []bool, woke bool, err error) {
+	var ids []string
+	var attempts []int32
+	var exits []*int32
+	at := map[string]int{} // step id → index of its completion in outcomes
+	for i, p := range outcomes {
+		if p.Attempt == 0 || !validID(p.StepID) {
+			return nil, false, fmt.Errorf("finish steps: outcome %d: %w: an attempt and a valid step id are required", i, core.ErrInvalid)
+		}
+		if p.Completed && p.Output == nil {
+			at[p.StepID] = i
+			ids = append(ids, p.StepID)
+			attempts = append(attempts, int32(p.Attempt))
+			var exit *int32
+			if p.ExitCode != nil {
+				e := int32(*p.ExitCode)
+				exit = &e
+			}
+			exits = append(exits, exit)
+		}
+	}
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		applied = make([]bool, len(outcomes))
+		t := newTransition(ctx, tx, s.nowMillis())
+		if len(ids) > 0 {
+			if err := t.stepsCompleted(ids, attempts, exits, func(id string) { applied[at[id]] = true }); err != nil {
+				return err
+			}
+		}
+		for i, p := range outcomes {
+			if _, ok := at[p.StepID]; ok && p.Completed && p.Output == nil {
+				continue
+			}
+			var err error
+			if applied[i], err = t.stepFinish(p); err != nil {
+				return err
+			}
+		}
+		err := t.settle()
+		woke = t.woke
+		return err
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("finish %d steps: %w", len(outcomes), err)
+	}
+	return applied, woke, nil
+}
+
 // stepFinish applies one attempt's outcome within the transition; see
 // StepFinish. The caller settles.
 func (t *transition) stepFinish(p StepFinishParams) (bool, error) {

@@ -58,6 +58,14 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	}
 }
 
+// Rejected reports whether PostgreSQL itself refused a statement (a
+// constraint, a bad value), as opposed to the connection failing: trying
+// the same again would fail the same way.
+func Rejected(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && !retryable(err)
+}
+
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")

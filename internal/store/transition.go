@@ -20,6 +20,7 @@ type transition struct {
 	now  int64
 	done map[string]int // stage id → steps that reached a terminal state
 	wake bool           // something became ready: NOTIFY at the end
+	woke bool           // settle sent the NOTIFY
 }
 
 func newTransition(ctx context.Context, tx pgx.Tx, now int64) *transition {
@@ -46,6 +47,50 @@ func (t *transition) stepCompleted(runID, stageID, name string) error {
 		if n == 0 {
 			t.wake = true
 		}
+	}
+	return nil
+}
+
+// stepsCompleted completes the running attempts given by ids and attempts
+// (exit codes alongside) and releases their dependents, in one statement;
+// attempts that are no longer running are left alone. applied is called
+// with the id of each step it completed.
+func (t *transition) stepsCompleted(ids []string, attempts []int32, exits []*int32, applied func(id string)) error {
+	// A dependent's deps_left counts instances: it drops by the number of
+	// completed steps it depends on. Dependents are pending and the
+	// completed steps running, so the two updates touch different rows.
+	rows, err := t.tx.Query(t.ctx, `WITH done AS (
+		    UPDATE step s SET status = 'completed', error = NULL, exit_code = r.exit_code,
+		        completed_at = $4, duration_ms = $4 - coalesce(s.started_at, $4)
+		    FROM unnest($1::text[], $2::int[], $3::int[]) AS r(id, attempt, exit_code)
+		    WHERE s.id = r.id AND s.status = 'running' AND s.attempt = r.attempt
+		    RETURNING s.id, s.run_id, s.stage_id, s.name
+		), released AS (
+		    UPDATE step d SET deps_left = d.deps_left - c.n,
+		        ready_at = CASE WHEN d.deps_left = c.n THEN greatest(d.ready_at, $4) ELSE d.ready_at END
+		    FROM (SELECT d.id, count(*) AS n FROM done JOIN step d
+		              ON d.run_id = done.run_id AND d.status = 'pending' AND d.deps_left > 0 AND d.depends_on ? done.name
+		          GROUP BY d.id) c
+		    WHERE d.id = c.id AND d.status = 'pending'
+		    RETURNING d.deps_left
+		)
+		SELECT id, stage_id, (SELECT count(*) FROM released WHERE deps_left = 0) FROM done`,
+		ids, attempts, exits, t.now)
+	if err != nil {
+		return fmt.Errorf("complete steps: %w", err)
+	}
+	var id, stageID string
+	var ready int
+	_, err = pgx.ForEachRow(rows, []any{&id, &stageID, &ready}, func() error {
+		t.done[stageID]++
+		if ready > 0 {
+			t.wake = true
+		}
+		applied(id)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("complete steps: %w", err)
 	}
 	return nil
 }
@@ -172,7 +217,7 @@ func (t *transition) settle() error {
 	}
 	t.done = map[string]int{}
 	if t.wake {
-		t.wake = false
+		t.wake, t.woke = false, true
 		return notify(t.ctx, t.tx)
 	}
 	return nil

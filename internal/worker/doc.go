@@ -5,8 +5,10 @@
 // ready), on a script ending (a slot came free), at the earliest retry
 // backoff, and on a slow poll as a safety net; each time it claims, with one
 // statement per kind, as many ready items as it has free slots, and runs
-// each in a goroutine that ends by recording the result in one transaction
-// (store.StepFinish, store.FlowCallFinish). Results carry the attempt
+// each in a goroutine. A flow call's goroutine records its result in one
+// transaction (store.FlowCallFinish); a step's queues its result and frees
+// its slot, and one goroutine records the queued results in batches, one
+// transaction per batch (store.StepsFinish). Results carry the attempt
 // number as a fencing token, so a result that comes after the work was
 // cancelled or handed to another worker changes nothing.
 //

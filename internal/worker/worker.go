@@ -71,10 +71,12 @@ type Config struct {
 
 // Worker runs flows and steps.
 type Worker struct {
-	cfg    Config
-	store  *store.Store
-	logger *slog.Logger
-	logs   *logBatcher
+	cfg         Config
+	store       *store.Store
+	logger      *slog.Logger
+	logs        *logBatcher
+	finish      *finisher
+	scratchDirs scratchDirs
 
 	wake   chan struct{}
 	checkN chan struct{} // run a heartbeat now (a run was cancelled)
@@ -114,13 +116,14 @@ func New(cfg Config) *Worker {
 		cfg.Listen = &on
 	}
 	return &Worker{
-		cfg:    cfg,
-		store:  cfg.Store,
-		logger: cfg.Logger,
-		wake:   make(chan struct{}, 1),
-		checkN: make(chan struct{}, 1),
-		steps:  map[string]*running{},
-		calls:  map[string]*running{},
+		cfg:         cfg,
+		store:       cfg.Store,
+		logger:      cfg.Logger,
+		wake:        make(chan struct{}, 1),
+		checkN:      make(chan struct{}, 1),
+		steps:       map[string]*running{},
+		calls:       map[string]*running{},
+		scratchDirs: scratchDirs{root: filepath.Join(cfg.ScratchDir, "maxq-work")},
 	}
 }
 
@@ -199,8 +202,12 @@ func (w *Worker) run(ctx context.Context, deadline time.Time) (Report, error) {
 		defer stopAt.Stop()
 	}
 	w.logs = newLogBatcher(w.store, w.logger)
+	w.finish = newFinisher(w)
+	defer w.scratchDirs.close()
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var bgWG sync.WaitGroup
+	bgWG.Add(1)
+	go func() { defer bgWG.Done(); w.finish.loop(bg) }()
 	bgWG.Add(1)
 	go func() { defer bgWG.Done(); w.heartbeat(bg) }()
 	if *w.cfg.Listen {
@@ -265,7 +272,7 @@ func (w *Worker) run(ctx context.Context, deadline time.Time) (Report, error) {
 func (w *Worker) idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.steps) == 0 && len(w.calls) == 0
+	return len(w.steps) == 0 && len(w.calls) == 0 && w.finish.pending.Load() == 0
 }
 
 // count updates the report.
@@ -359,7 +366,7 @@ func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*run
 // runStep runs one step attempt and records its outcome.
 func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 	log := w.logger.With("run_id", c.RunID, "step", c.Name, "sequence", c.Sequence, "attempt", c.Attempt)
-	workDir, cleanup := w.scratch(c.ID, c.Attempt)
+	workDir, cleanup := w.scratch()
 	defer cleanup()
 	env := script.Environ(w.cfg.PassEnv, c.Env, map[string]string{
 		"MAXQ_RUN_ID":         c.RunID,
@@ -385,7 +392,6 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 		MaxOutputBytes: max(w.cfg.MaxLogBytes, 0),
 		Output:         w.logs.sink(c.RunID, c.ID, "", c.Attempt),
 	})
-	w.logs.sync()
 	var stepErr json.RawMessage
 	if !res.Succeeded() {
 		stepErr = failure(res, timeout)
@@ -393,6 +399,7 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 	exit := exitCode(res)
 	if res.Stopped && w.draining.Load() {
 		w.count(func(r *Report) { r.HandedBack++ })
+		w.logs.sync()
 		w.record(ctx, log, "hand step back", func(ctx context.Context) error {
 			_, err := w.store.StepRelease(ctx, c.ID, c.Attempt)
 			return err
@@ -404,16 +411,8 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 	} else {
 		w.count(func(r *Report) { r.StepsFailed++ })
 	}
-	var applied bool
-	w.record(ctx, log, "record step result", func(ctx context.Context) (err error) {
-		_, applied, err = w.store.StepFinish(ctx, store.StepFinishParams{
-			StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true,
-			NoReadBack: true})
-		return err
-	})
-	if !applied {
-		log.Info("step result discarded: the step is no longer this attempt's", "exit_code", res.ExitCode)
-	}
+	w.finish.add(outcome{log: log, p: store.StepFinishParams{
+		StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true}})
 }
 
 // record retries a write of a script's outcome until it succeeds: the
@@ -442,7 +441,7 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, what string, fn f
 // runFlowCall runs one call of flow.sh and records its outcome.
 func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 	log := w.logger.With("run_id", c.RunID, "flow", c.FlowName, "completed_stage", c.CompletedStage, "failed_stage", c.FailedStage)
-	workDir, cleanup := w.scratch(c.ID, c.Attempt)
+	workDir, cleanup := w.scratch()
 	defer cleanup()
 	env := script.Environ(w.cfg.PassEnv, nil, map[string]string{
 		"MAXQ_RUN_ID":          c.RunID,
@@ -550,13 +549,14 @@ func exitCode(res script.Result) *int {
 	return &res.ExitCode
 }
 
-// scratch makes the per-attempt MAXQ_WORK_DIR.
-func (w *Worker) scratch(id string, attempt int) (string, func()) {
-	dir := filepath.Join(w.cfg.ScratchDir, "maxq-work", id+"-"+strconv.Itoa(attempt))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		w.logger.Warn("create scratch directory", "dir", dir, "err", err)
+// scratch gives a script attempt its MAXQ_WORK_DIR, and returns the function
+// that takes it back.
+func (w *Worker) scratch() (string, func()) {
+	dir, err := w.scratchDirs.take()
+	if err != nil {
+		w.logger.Warn("create scratch directory", "root", w.scratchDirs.root, "err", err)
 	}
-	return dir, func() { _ = os.RemoveAll(dir) }
+	return dir, func() { w.scratchDirs.give(dir) }
 }
 
 // heartbeat renews the worker's row and stops scripts that are no longer

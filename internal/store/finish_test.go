@@ -1,0 +1,228 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/maxq-dev/maxq/internal/core"
+	"github.com/maxq-dev/maxq/internal/pgtest"
+	"github.com/maxq-dev/maxq/internal/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is a store on a database of its own, with a registered worker.
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	s      *store.Store
+	worker string
+}
+
+func newFixture(t *testing.T) *fixture {
+	ctx := context.Background()
+	s := store.New(pgtest.Pool(t))
+	id, err := s.WorkerRegister(ctx, "test")
+	require.NoError(t, err)
+	return &fixture{t: t, ctx: ctx, s: s, worker: id}
+}
+
+// run triggers a run and schedules one stage of it.
+func (f *fixture) run(final bool, steps ...store.StepSpec) string {
+	run, _, err := f.s.RunCreate(f.ctx, store.RunCreateParams{FlowName: "flow"})
+	require.NoError(f.t, err)
+	_, _, _, err = f.s.StageSchedule(f.ctx, store.StageScheduleParams{RunID: run.ID, Stage: "only", Final: final, Steps: steps})
+	require.NoError(f.t, err)
+	return run.ID
+}
+
+func (f *fixture) claim(limit int) []store.ClaimedStep {
+	c, err := f.s.StepClaim(f.ctx, store.StepClaimParams{WorkerID: f.worker, Limit: limit})
+	require.NoError(f.t, err)
+	return c
+}
+
+func (f *fixture) steps(runID string) map[string][]core.Step {
+	list, _, err := f.s.StepList(f.ctx, store.StepListParams{RunID: runID, Page: store.Page{Limit: 1000}})
+	require.NoError(f.t, err)
+	byName := map[string][]core.Step{}
+	for _, st := range list {
+		byName[st.Name] = append(byName[st.Name], st)
+	}
+	return byName
+}
+
+func completed(c store.ClaimedStep) store.StepFinishParams {
+	zero := 0
+	return store.StepFinishParams{StepID: c.ID, Attempt: c.Attempt, Completed: true, ExitCode: &zero, Retry: true}
+}
+
+func TestStepsFinishReleasesDependentsByInstance(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	runID := f.run(true,
+		store.StepSpec{Name: "a", Instances: 3},
+		store.StepSpec{Name: "b", Instances: 1, DependsOn: []string{"a"}})
+	claimed := f.claim(10)
+	require.Len(t, claimed, 3, "b waits for every instance of a")
+
+	// Two of a's three instances in one batch: b still waits.
+	applied, woke, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(claimed[0]), completed(claimed[1])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, applied)
+	require.False(t, woke, "nothing became ready")
+	require.Empty(t, f.claim(10))
+
+	applied, woke, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(claimed[2])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, applied)
+	require.True(t, woke, "b became ready")
+	b := f.claim(10)
+	require.Len(t, b, 1)
+	require.Equal(t, "b", b[0].Name)
+
+	_, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(b[0])})
+	require.NoError(t, err)
+	run, stages, err := f.s.RunGet(f.ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, core.RunCompleted, run.Status, "the final stage completed the run")
+	require.Equal(t, core.StageCompleted, stages[0].Status)
+	for _, st := range f.steps(runID)["a"] {
+		require.Equal(t, core.StepCompleted, st.Status)
+		require.NotNil(t, st.ExitCode)
+		require.Equal(t, 0, *st.ExitCode)
+		require.NotNil(t, st.CompletedAt)
+		require.NotNil(t, st.DurationMs)
+	}
+}
+
+// A batch mixes completions, failures and results of superseded attempts;
+// each is applied as it would be alone.
+func TestStepsFinishMixedBatch(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	runID := f.run(false,
+		store.StepSpec{Name: "ok", Instances: 1},
+		store.StepSpec{Name: "flaky", Instances: 1, MaxRetries: 2},
+		store.StepSpec{Name: "stale", Instances: 1},
+		store.StepSpec{Name: "after", Instances: 1, DependsOn: []string{"ok", "flaky"}})
+	claimed := map[string]store.ClaimedStep{}
+	for _, c := range f.claim(10) {
+		claimed[c.Name] = c
+	}
+	require.Len(t, claimed, 3)
+	one := 1
+	stale := completed(claimed["stale"])
+	stale.Attempt++ // a result of an attempt that is not the step's
+	applied, woke, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{
+		completed(claimed["ok"]),
+		{StepID: claimed["flaky"].ID, Attempt: claimed["flaky"].Attempt, Error: json.RawMessage(`{"reason":"exit_code","exitCode":1}`), ExitCode: &one, Retry: true},
+		stale,
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true, false}, applied)
+	require.False(t, woke, "after still waits for flaky")
+
+	steps := f.steps(runID)
+	require.Equal(t, core.StepCompleted, steps["ok"][0].Status)
+	require.Equal(t, core.StepPending, steps["flaky"][0].Status, "a failure with retries left goes back to pending")
+	require.Equal(t, 1, steps["flaky"][0].RetryCount)
+	require.Equal(t, core.StepRunning, steps["stale"][0].Status, "a superseded attempt's result changes nothing")
+	require.Equal(t, core.StepPending, steps["after"][0].Status)
+
+	// The same result twice: the second is fenced off.
+	applied, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(claimed["ok"])})
+	require.NoError(t, err)
+	require.Equal(t, []bool{false}, applied)
+
+	// A final failure fails its dependents and the stage.
+	applied, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{
+		{StepID: claimed["stale"].ID, Attempt: claimed["stale"].Attempt, Error: json.RawMessage(`{"reason":"exit_code","exitCode":1}`), ExitCode: &one},
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, applied)
+	_, stages, err := f.s.RunGet(f.ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, core.StageFailed, stages[0].Status)
+}
+
+func TestStepsFinishRejectsUnfencedOutcomes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, _, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{{StepID: "not-an-id", Attempt: 1, Completed: true}})
+	require.ErrorIs(t, err, core.ErrInvalid)
+	_, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{{StepID: "0192f5c4-1d2e-7000-8000-000000000000", Completed: true}})
+	require.ErrorIs(t, err, core.ErrInvalid, "a batch must be fenced by attempt")
+}
+
+// Workers record batches of completions of one stage at the same time, all
+// releasing one dependent: every decrement lands, the dependent becomes
+// ready exactly once, and the stage ends with one step left.
+func TestStepsFinishConcurrentBatches(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const n = 300
+	runID := f.run(false,
+		store.StepSpec{Name: "a", Instances: n},
+		store.StepSpec{Name: "z", Instances: 1, DependsOn: []string{"a"}})
+	claimed := f.claim(n)
+	require.Len(t, claimed, n)
+
+	const writers = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	woken := make(chan bool, n)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []store.StepFinishParams
+			for i := w; i < n; i += writers {
+				mine = append(mine, completed(claimed[i]))
+			}
+			for len(mine) > 0 {
+				k := min(len(mine), 1+rand.IntN(25))
+				applied, woke, err := f.s.StepsFinish(f.ctx, mine[:k])
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, ok := range applied {
+					if !ok {
+						errs <- context.Canceled
+						return
+					}
+				}
+				woken <- woke
+				mine = mine[k:]
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	close(woken)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	wakes := 0
+	for w := range woken {
+		if w {
+			wakes++
+		}
+	}
+	require.Equal(t, 1, wakes, "z became ready in exactly one batch")
+	z := f.claim(10)
+	require.Len(t, z, 1)
+	require.Equal(t, "z", z[0].Name)
+	for _, st := range f.steps(runID)["a"] {
+		require.Equal(t, core.StepCompleted, st.Status)
+	}
+	_, stages, err := f.s.RunGet(f.ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, core.StageRunning, stages[0].Status, "z is still running")
+}
