@@ -106,27 +106,78 @@ func (s *Store) StepClaim(ctx context.Context, p StepClaimParams) ([]ClaimedStep
 	if err != nil {
 		return nil, fmt.Errorf("claim steps: %w", interpretError(err))
 	}
-	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedStep, error) {
-		var c ClaimedStep
-		err := row.Scan(&c.ID, &c.RunID, &c.FlowName, &c.Stage, &c.Name, &c.Sequence, &c.Instances, &c.Attempt, &c.Env, &c.TimeoutMs)
-		return c, err
-	})
+	claimed, err := pgx.CollectRows(rows, scanClaimedStep)
 	if err != nil {
 		return nil, fmt.Errorf("claim steps: %w", interpretError(err))
 	}
 	return claimed, nil
 }
 
-// StepNextReady returns when the earliest pending step waiting out a retry
-// backoff becomes ready, or 0 when none waits.
-func (s *Store) StepNextReady(ctx context.Context) (int64, error) {
-	var at *int64
-	err := s.pool.QueryRow(ctx, `SELECT min(ready_at) FROM step WHERE status = 'pending' AND deps_left = 0`).Scan(&at)
-	if err != nil || at == nil {
-		return 0, interpretError(err)
-	}
-	return *at, nil
+// ClaimParams says what a worker can take: up to Flows flow calls and up to
+// Steps steps (either may be 0).
+type ClaimParams struct {
+	Flows int
+	StepClaimParams
 }
+
+// Claimed is what one Claim took.
+type Claimed struct {
+	Calls []ClaimedFlowCall
+	Steps []ClaimedStep
+	// NextReady is when the earliest pending step still waiting out a
+	// retry backoff becomes ready (epoch ms; 0: none waits).
+	NextReady int64
+}
+
+// Claim claims flow calls and steps and looks up the next backoff's end in
+// one round trip: the statements are pipelined, and run as one implicit
+// transaction.
+func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claimed, error) {
+	now := s.nowMillis()
+	b := &pgx.Batch{}
+	var out Claimed
+	if p.Flows > 0 {
+		b.Queue(flowCallClaimSQL, p.WorkerID, p.Flows, now).Query(func(rows pgx.Rows) (err error) {
+			out.Calls, err = pgx.CollectRows(rows, scanClaimedFlowCall)
+			return err
+		})
+	}
+	if p.Limit > 0 {
+		b.Queue(stepClaimSQL, p.WorkerID, p.Limit, now, p.DefaultTimeoutMs, max(p.MaxTimeoutMs, 0)).Query(func(rows pgx.Rows) (err error) {
+			out.Steps, err = pgx.CollectRows(rows, scanClaimedStep)
+			return err
+		})
+		b.Queue(stepNextReadySQL).QueryRow(func(row pgx.Row) error {
+			var at *int64
+			err := row.Scan(&at)
+			if at != nil {
+				out.NextReady = *at
+			}
+			return err
+		})
+	}
+	if b.Len() == 0 {
+		return out, nil
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return Claimed{}, fmt.Errorf("claim: %w", interpretError(err))
+	}
+	return out, nil
+}
+
+func scanClaimedStep(row pgx.CollectableRow) (ClaimedStep, error) {
+	var c ClaimedStep
+	err := row.Scan(&c.ID, &c.RunID, &c.FlowName, &c.Stage, &c.Name, &c.Sequence, &c.Instances, &c.Attempt, &c.Env, &c.TimeoutMs)
+	return c, err
+}
+
+func scanClaimedFlowCall(row pgx.CollectableRow) (ClaimedFlowCall, error) {
+	var c ClaimedFlowCall
+	err := row.Scan(&c.ID, &c.RunID, &c.FlowName, &c.CompletedStage, &c.FailedStage, &c.Attempt)
+	return c, err
+}
+
+const stepNextReadySQL = `SELECT min(ready_at) FROM step WHERE status = 'pending' AND deps_left = 0`
 
 // ClaimedFlowCall is a call of flow.sh a worker now owns.
 type ClaimedFlowCall struct {
@@ -166,11 +217,7 @@ func (s *Store) FlowCallClaim(ctx context.Context, workerID string, limit int) (
 	if err != nil {
 		return nil, fmt.Errorf("claim flow calls: %w", interpretError(err))
 	}
-	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ClaimedFlowCall, error) {
-		var c ClaimedFlowCall
-		err := row.Scan(&c.ID, &c.RunID, &c.FlowName, &c.CompletedStage, &c.FailedStage, &c.Attempt)
-		return c, err
-	})
+	claimed, err := pgx.CollectRows(rows, scanClaimedFlowCall)
 	if err != nil {
 		return nil, fmt.Errorf("claim flow calls: %w", interpretError(err))
 	}

@@ -3,9 +3,11 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -160,29 +162,35 @@ func TestStepsFinishRejectsUnfencedOutcomes(t *testing.T) {
 	require.ErrorIs(t, err, core.ErrInvalid, "a batch must be fenced by attempt")
 }
 
-// Workers record batches of completions of one stage at the same time, all
-// releasing one dependent: every decrement lands, the dependent becomes
-// ready exactly once, and the stage ends with one step left.
+// Workers record batches of completions at the same time, each batch
+// spanning two runs' stages, every completion releasing the same four
+// dependents of its run: every decrement lands, each dependent becomes
+// ready in exactly one batch, and no two batches deadlock (dependents and
+// stages are locked in id order; deadlocks would be retried, so only the
+// server's count shows them).
 func TestStepsFinishConcurrentBatches(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	const n = 300
-	runID := f.run(false,
-		store.StepSpec{Name: "a", Instances: n},
-		store.StepSpec{Name: "z", Instances: 1, DependsOn: []string{"a"}})
-	claimed := f.claim(n)
-	require.Len(t, claimed, n)
+	const n = 150 // instances of a per run
+	dependents := []store.StepSpec{{Name: "a", Instances: n}}
+	for _, z := range []string{"z1", "z2", "z3", "z4"} {
+		dependents = append(dependents, store.StepSpec{Name: z, Instances: 1, DependsOn: []string{"a"}})
+	}
+	runs := []string{f.run(false, dependents...), f.run(false, dependents...)}
+	claimed := f.claim(2 * n)
+	require.Len(t, claimed, 2*n)
+	rand.Shuffle(len(claimed), func(i, j int) { claimed[i], claimed[j] = claimed[j], claimed[i] })
 
 	const writers = 4
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
-	woken := make(chan bool, n)
+	woken := make(chan bool, 2*n)
 	for w := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []store.StepFinishParams
-			for i := w; i < n; i += writers {
+			for i := w; i < len(claimed); i += writers {
 				mine = append(mine, completed(claimed[i]))
 			}
 			for len(mine) > 0 {
@@ -194,7 +202,7 @@ func TestStepsFinishConcurrentBatches(t *testing.T) {
 				}
 				for _, ok := range applied {
 					if !ok {
-						errs <- context.Canceled
+						errs <- errors.New("a current attempt's result was fenced off")
 						return
 					}
 				}
@@ -215,14 +223,50 @@ func TestStepsFinishConcurrentBatches(t *testing.T) {
 			wakes++
 		}
 	}
-	require.Equal(t, 1, wakes, "z became ready in exactly one batch")
-	z := f.claim(10)
-	require.Len(t, z, 1)
-	require.Equal(t, "z", z[0].Name)
-	for _, st := range f.steps(runID)["a"] {
-		require.Equal(t, core.StepCompleted, st.Status)
+	require.LessOrEqual(t, wakes, 2, "each run's dependents became ready in exactly one batch")
+	require.GreaterOrEqual(t, wakes, 1)
+	z := f.claim(100)
+	require.Len(t, z, 8, "four dependents in each of two runs")
+	for _, runID := range runs {
+		for _, st := range f.steps(runID)["a"] {
+			require.Equal(t, core.StepCompleted, st.Status)
+		}
+		_, stages, err := f.s.RunGet(f.ctx, runID)
+		require.NoError(t, err)
+		require.Equal(t, core.StageRunning, stages[0].Status, "its z steps are still running")
 	}
-	_, stages, err := f.s.RunGet(f.ctx, runID)
+	time.Sleep(1500 * time.Millisecond) // the server counts a transaction once it is idle
+	var deadlocks int64
+	require.NoError(t, f.s.Pool().QueryRow(f.ctx,
+		`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks))
+	require.Zero(t, deadlocks, "batches deadlocked")
+}
+
+// One Claim takes flow calls and steps together, and says when the next
+// step waiting out a retry backoff becomes ready.
+func TestClaimTakesBothKindsAndTheNextBackoff(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	runID := f.run(false, store.StepSpec{Name: "flaky", Instances: 1, MaxRetries: 3})
+	got, err := f.s.Claim(f.ctx, store.ClaimParams{Flows: 4, StepClaimParams: store.StepClaimParams{WorkerID: f.worker, Limit: 4}})
 	require.NoError(t, err)
-	require.Equal(t, core.StageRunning, stages[0].Status, "z is still running")
+	require.Len(t, got.Calls, 1, "the run's first flow call")
+	require.Equal(t, runID, got.Calls[0].RunID)
+	require.Len(t, got.Steps, 1)
+	require.Zero(t, got.NextReady, "no step waits out a backoff")
+
+	one := 1
+	before := time.Now().UnixMilli()
+	_, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{{StepID: got.Steps[0].ID, Attempt: got.Steps[0].Attempt,
+		Error: json.RawMessage(`{"reason":"exit_code","exitCode":1}`), ExitCode: &one, Retry: true}})
+	require.NoError(t, err)
+	got, err = f.s.Claim(f.ctx, store.ClaimParams{Flows: 4, StepClaimParams: store.StepClaimParams{WorkerID: f.worker, Limit: 4}})
+	require.NoError(t, err)
+	require.Empty(t, got.Calls, "one flow call of a run at a time")
+	require.Empty(t, got.Steps, "the retry waits out its backoff")
+	require.Greater(t, got.NextReady, before, "the backoff's end")
+
+	got, err = f.s.Claim(f.ctx, store.ClaimParams{})
+	require.NoError(t, err)
+	require.Equal(t, store.Claimed{}, got, "nothing asked, nothing taken")
 }

@@ -52,48 +52,89 @@ func (t *transition) stepCompleted(runID, stageID, name string) error {
 }
 
 // stepsCompleted completes the running attempts given by ids and attempts
-// (exit codes alongside) and releases their dependents, in one statement;
-// attempts that are no longer running are left alone. applied is called
-// with the id of each step it completed.
+// (exit codes alongside), releases their dependents and counts them off
+// their stages, all in one statement; attempts that are no longer running
+// are left alone. applied is called with the id of each step it completed.
+// Stages that ran out of steps are acted on as settle does.
+//
+// Rows other transactions may also be writing — dependents and stages —
+// are locked in id order, so two workers' batches cannot deadlock.
 func (t *transition) stepsCompleted(ids []string, attempts []int32, exits []*int32, applied func(id string)) error {
-	// A dependent's deps_left counts instances: it drops by the number of
-	// completed steps it depends on. Dependents are pending and the
-	// completed steps running, so the two updates touch different rows.
-	rows, err := t.tx.Query(t.ctx, `WITH done AS (
-		    UPDATE step s SET status = 'completed', error = NULL, exit_code = r.exit_code,
-		        completed_at = $4, duration_ms = $4 - coalesce(s.started_at, $4)
-		    FROM unnest($1::text[], $2::int[], $3::int[]) AS r(id, attempt, exit_code)
-		    WHERE s.id = r.id AND s.status = 'running' AND s.attempt = r.attempt
-		    RETURNING s.id, s.run_id, s.stage_id, s.name
-		), released AS (
-		    UPDATE step d SET deps_left = d.deps_left - c.n,
-		        ready_at = CASE WHEN d.deps_left = c.n THEN greatest(d.ready_at, $4) ELSE d.ready_at END
-		    FROM (SELECT d.id, count(*) AS n FROM done JOIN step d
-		              ON d.run_id = done.run_id AND d.status = 'pending' AND d.deps_left > 0 AND d.depends_on ? done.name
-		          GROUP BY d.id) c
-		    WHERE d.id = c.id AND d.status = 'pending'
-		    RETURNING d.deps_left
-		)
-		SELECT id, stage_id, (SELECT count(*) FROM released WHERE deps_left = 0) FROM done`,
-		ids, attempts, exits, t.now)
+	rows, err := t.tx.Query(t.ctx, stepsCompletedSQL, ids, attempts, exits, t.now, NotifyChannel)
 	if err != nil {
 		return fmt.Errorf("complete steps: %w", err)
 	}
-	var id, stageID string
-	var ready int
-	_, err = pgx.ForEachRow(rows, []any{&id, &stageID, &ready}, func() error {
-		t.done[stageID]++
-		if ready > 0 {
-			t.wake = true
+	var done []string
+	var woke bool
+	var ended []endedStage
+	var kind string
+	var e endedStage
+	_, err = pgx.ForEachRow(rows, []any{&kind, &e.id, &e.runID, &e.name, &e.status, &e.final, &e.completedNow, &woke}, func() error {
+		if kind == "step" {
+			done = append(done, e.id)
+		} else {
+			ended = append(ended, e)
 		}
-		applied(id)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("complete steps: %w", err)
 	}
+	for _, id := range done {
+		applied(id)
+	}
+	t.woke = t.woke || woke
+	for _, e := range ended {
+		if err := t.stageEnded(e); err != nil {
+			return err
+		}
+	}
 	return nil
 }
+
+// stepsCompletedSQL: a dependent's deps_left counts instances, so it drops
+// by the number of completed steps it depends on. Dependents are pending
+// and the completed steps running: the two updates touch different rows.
+const stepsCompletedSQL = `
+WITH done AS (
+    UPDATE step s SET status = 'completed', error = NULL, exit_code = r.exit_code,
+        completed_at = $4, duration_ms = $4 - coalesce(s.started_at, $4)
+    FROM unnest($1::text[], $2::int[], $3::int[]) AS r(id, attempt, exit_code)
+    WHERE s.id = r.id AND s.status = 'running' AND s.attempt = r.attempt
+    RETURNING s.id, s.run_id, s.stage_id, s.name
+), dependents AS MATERIALIZED (
+    SELECT d.id, c.n FROM step d
+    JOIN (SELECT d.id, count(*) AS n FROM done JOIN step d
+              ON d.run_id = done.run_id AND d.status = 'pending' AND d.deps_left > 0 AND d.depends_on ? done.name
+          GROUP BY d.id) c ON c.id = d.id
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
+), released AS (
+    UPDATE step d SET deps_left = d.deps_left - c.n,
+        ready_at = CASE WHEN d.deps_left = c.n THEN greatest(d.ready_at, $4) ELSE d.ready_at END
+    FROM dependents c
+    WHERE d.id = c.id AND d.status = 'pending'
+    RETURNING d.deps_left
+), stages AS MATERIALIZED (
+    SELECT g.id, n.n FROM stage g
+    JOIN (SELECT stage_id, count(*) AS n FROM done GROUP BY stage_id) n ON n.stage_id = g.id
+    ORDER BY g.id
+    FOR NO KEY UPDATE OF g
+), counted AS (
+    UPDATE stage g SET steps_left = g.steps_left - c.n,
+        status = CASE WHEN g.steps_left = c.n AND g.status = 'running' THEN 'completed' ELSE g.status END,
+        completed_at = CASE WHEN g.steps_left = c.n AND g.status = 'running' THEN $4 ELSE g.completed_at END
+    FROM stages c
+    WHERE g.id = c.id
+    RETURNING g.id, g.run_id, g.name, g.status, g.final, g.steps_left, g.steps_left = 0 AND g.status = 'completed' AND g.completed_at = $4 AS completed_now
+), woke AS (
+    SELECT pg_notify($5, '') FROM (SELECT 1 FROM released WHERE deps_left = 0 LIMIT 1) x
+)
+SELECT 'step', id, '', '', '', false, false, false FROM done
+UNION ALL
+SELECT 'stage', id, run_id, name, status, final, completed_now, false FROM counted WHERE steps_left = 0
+UNION ALL
+SELECT 'woke', '', '', '', '', false, false, true FROM woke`
 
 // stepsFailed records that steps of run failed for good: their stages fail
 // and cancel their pending steps, and every pending step that depends on a
@@ -171,54 +212,60 @@ func (t *transition) failStages(ids []string) ([]string, error) {
 }
 
 // settle applies the stage counters and acts on every stage that ran out of
-// steps in this transaction: a running stage completes and either completes
-// its run (final) or queues the next call of flow.sh; a failed stage queues
-// its failure call. It sends the NOTIFY if anything became ready.
+// steps in this transaction (see stageEnded). It sends the NOTIFY if
+// anything became ready.
 func (t *transition) settle() error {
 	for _, id := range keys(t.done) {
 		n := t.done[id]
-		var g core.Stage
+		e := endedStage{id: id}
 		var left int
 		// One update: a second one of the same row in this transaction
 		// would re-check its foreign key and share-lock the run row.
-		var wasRunning bool
 		err := t.tx.QueryRow(t.ctx, `UPDATE stage SET steps_left = steps_left - $2,
 			    status = CASE WHEN steps_left = $2 AND status = 'running' THEN 'completed' ELSE status END,
 			    completed_at = CASE WHEN steps_left = $2 AND status = 'running' THEN $3 ELSE completed_at END
 			WHERE id = $1
-			RETURNING id, run_id, name, status, final, steps_left, steps_left = 0 AND status = 'completed' AND completed_at = $3`,
+			RETURNING run_id, name, status, final, steps_left, steps_left = 0 AND status = 'completed' AND completed_at = $3`,
 			id, n, t.now).
-			Scan(&g.ID, &g.RunID, &g.Name, &g.Status, &g.Final, &left, &wasRunning)
+			Scan(&e.runID, &e.name, &e.status, &e.final, &left, &e.completedNow)
 		if err != nil {
 			return fmt.Errorf("count stage steps: %w", err)
 		}
 		if left > 0 {
 			continue
 		}
-		if wasRunning {
-			g.Status = core.StageRunning // it completed just now
-		}
-		switch g.Status {
-		case core.StageRunning:
-			if g.Final {
-				if err := t.runFinish(g.RunID, core.RunCompleted, nil); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := t.flowCallQueue(g.RunID, g.Name, ""); err != nil {
-				return err
-			}
-		case core.StageFailed:
-			if err := t.flowCallQueue(g.RunID, "", g.Name); err != nil {
-				return err
-			}
+		if err := t.stageEnded(e); err != nil {
+			return err
 		}
 	}
 	t.done = map[string]int{}
 	if t.wake {
 		t.wake, t.woke = false, true
 		return notify(t.ctx, t.tx)
+	}
+	return nil
+}
+
+// endedStage is a stage that has no step left to run.
+type endedStage struct {
+	id, runID, name string
+	status          core.StageStatus
+	final           bool
+	completedNow    bool // it completed in this transaction
+}
+
+// stageEnded acts on a stage that ran out of steps: one that completed in
+// this transaction either completes its run (final) or queues the next call
+// of flow.sh; a failed stage queues its failure call.
+func (t *transition) stageEnded(e endedStage) error {
+	switch {
+	case e.completedNow:
+		if e.final {
+			return t.runFinish(e.runID, core.RunCompleted, nil)
+		}
+		return t.flowCallQueue(e.runID, e.name, "")
+	case e.status == core.StageFailed:
+		return t.flowCallQueue(e.runID, "", e.name)
 	}
 	return nil
 }

@@ -301,40 +301,32 @@ func (w *Worker) fill(ctx, scriptCtx context.Context) (time.Duration, int) {
 			freeFlows = 0
 		}
 	}
-	claimed := 0
-	if freeFlows > 0 {
-		calls, err := w.store.FlowCallClaim(ctx, w.id, freeFlows)
-		if err != nil {
-			w.logClaimError(ctx, err)
-			return sleep, claimed
-		}
-		w.count(func(r *Report) { r.FlowCallsClaimed += len(calls) })
-		claimed += len(calls)
-		for _, c := range calls {
-			w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) { w.runFlowCall(ctx, c) })
+	if freeFlows <= 0 && freeSteps <= 0 {
+		return sleep, 0
+	}
+	got, err := w.store.Claim(ctx, store.ClaimParams{Flows: max(freeFlows, 0), StepClaimParams: store.StepClaimParams{
+		WorkerID: w.id, Limit: max(freeSteps, 0), DefaultTimeoutMs: w.cfg.StepTimeout.Milliseconds(), MaxTimeoutMs: left.Milliseconds()}})
+	if err != nil {
+		w.logClaimError(ctx, err)
+		return sleep, 0
+	}
+	w.count(func(r *Report) {
+		r.FlowCallsClaimed += len(got.Calls)
+		r.StepsClaimed += len(got.Steps)
+	})
+	for _, c := range got.Calls {
+		w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) { w.runFlowCall(ctx, c) })
+	}
+	for _, s := range got.Steps {
+		w.start(scriptCtx, s.ID, w.steps, func(ctx context.Context) { w.runStep(ctx, s) })
+	}
+	if len(got.Steps) < freeSteps && got.NextReady > 0 {
+		// Nothing more is ready now; wake when a backoff ends.
+		if d := time.Until(time.UnixMilli(got.NextReady)); d < sleep {
+			sleep = max(d, time.Millisecond)
 		}
 	}
-	if freeSteps > 0 {
-		steps, err := w.store.StepClaim(ctx, store.StepClaimParams{WorkerID: w.id, Limit: freeSteps,
-			DefaultTimeoutMs: w.cfg.StepTimeout.Milliseconds(), MaxTimeoutMs: left.Milliseconds()})
-		if err != nil {
-			w.logClaimError(ctx, err)
-			return sleep, claimed
-		}
-		w.count(func(r *Report) { r.StepsClaimed += len(steps) })
-		claimed += len(steps)
-		for _, s := range steps {
-			w.start(scriptCtx, s.ID, w.steps, func(ctx context.Context) { w.runStep(ctx, s) })
-		}
-		if len(steps) < freeSteps {
-			// Nothing more is ready now; wake when a backoff ends.
-			if at, err := w.store.StepNextReady(ctx); err == nil && at > 0 {
-				if d := time.Until(time.UnixMilli(at)); d < sleep {
-					sleep = max(d, time.Millisecond)
-				}
-			}
-		}
-	}
+	claimed := len(got.Calls) + len(got.Steps)
 	return sleep, claimed
 }
 
