@@ -19,10 +19,16 @@
 // cancels the stage's other pending steps; the stage's failure call of
 // flow.sh is queued once none of its steps is still running.
 //
+// Workers record their steps' results in batches (StepsFinish): one
+// transaction per batch, in which one statement completes the batch's steps,
+// releases their dependents and counts them off their stages. Rows that
+// several transactions may write at once — dependents and stages — are
+// locked in id order, then runs, so concurrent transitions do not deadlock.
+//
 // # Readiness and claims
 //
-// Workers claim with one statement that locks ready rows with FOR UPDATE
-// SKIP LOCKED. A step is ready when pending, deps_left = 0 and ready_at has
+// Workers claim with one statement per kind that locks ready rows with FOR
+// UPDATE SKIP LOCKED, both pipelined in one round trip (Claim). A step is ready when pending, deps_left = 0 and ready_at has
 // passed (ready_at carries retry backoff); a partial index holds exactly
 // those rows, so claims never scan blocked or finished steps. Flow calls of
 // one run are serialized through the run row: run.flow_ready is true when a
