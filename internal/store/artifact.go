@@ -33,6 +33,29 @@ type ArtifactCreateParams struct {
 	Attempt int
 }
 
+// artifactCreateSQL stores an artifact in one statement, one round trip:
+// it locks the step against finishing (FOR SHARE, as a result's FOR UPDATE
+// waits for it), inserts only if the step is of the run, has the name and
+// sequence given, has not finished and, when $12 is not 0, is running that
+// attempt, and reads back what ArtifactCreate needs to explain a refusal.
+// The insert's conditions and artifactRefusal must say the same. Sequence
+// and attempt are bigint so that a number no step has is a mismatch, not
+// an encoding error.
+const artifactCreateSQL = `
+WITH st AS (
+    SELECT name, sequence, status, attempt FROM step WHERE id = $3 AND run_id = $2 FOR SHARE
+), ins AS (
+    INSERT INTO artifact (id, run_id, step_id, step_name, sequence, name, full_path, value, tags, metadata, created_at)
+    SELECT $1, $2, $3, $4, $5::bigint, $6, $7, $8, $9, $10, $11 FROM st
+    WHERE st.name = $4 AND st.sequence = $5::bigint AND st.status IN ('pending', 'running')
+        AND ($12::bigint = 0 OR (st.status = 'running' AND st.attempt = $12::bigint))
+    ON CONFLICT (run_id, full_path) DO NOTHING
+    RETURNING value, metadata
+)
+SELECT EXISTS (SELECT 1 FROM run WHERE id = $2), st.name, st.sequence, st.status, st.attempt,
+    ins.value IS NOT NULL, ins.value, ins.metadata
+FROM (VALUES (1)) AS one LEFT JOIN st ON true LEFT JOIN ins ON true`
+
 // ArtifactCreate stores an artifact of a step of the run. The step must be
 // of this run and match stepName and sequence (ErrInvalid), and must not
 // have finished (ErrConflict); a second artifact at the same full path is
@@ -44,57 +67,60 @@ func (s *Store) ArtifactCreate(ctx context.Context, p ArtifactCreateParams) (cor
 	if p.Tags == nil {
 		p.Tags = []string{}
 	}
-	var a core.Artifact
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run WHERE id = $1)`, p.RunID).Scan(&exists); err != nil {
-			return err
+	a := core.Artifact{ID: newID(), RunID: p.RunID, StepID: p.StepID, StepName: p.StepName, Sequence: p.Sequence,
+		Name: p.Name, FullPath: core.FullPath(p.StepName, p.Sequence, p.Name), Tags: p.Tags, CreatedAt: s.nowMillis()}
+	var found artifactStep
+	var runFound, inserted bool
+	var err error
+	// Its locks can deadlock with a transaction's as inTx's can: retry the same.
+	for attempt := 0; ; attempt++ {
+		err = s.pool.QueryRow(ctx, artifactCreateSQL, a.ID, a.RunID, a.StepID, a.StepName, a.Sequence, a.Name,
+			a.FullPath, string(p.Value), a.Tags, nullJSON(p.Metadata), a.CreatedAt, p.Attempt).
+			Scan(&runFound, &found.name, &found.sequence, &found.status, &found.attempt, &inserted, &a.Value, &a.Metadata)
+		if err == nil || attempt >= 5 || !retryable(err) {
+			err = interpretError(err)
+			break
 		}
-		if !exists {
-			return fmt.Errorf("run %s: %w", p.RunID, core.ErrNotFound)
-		}
-		if !validID(p.StepID) {
-			return core.Invalid("stepId", "no step "+p.StepID+" in this run")
-		}
-		var name string
-		var seq, attempt int
-		var status core.StepStatus
-		err := tx.QueryRow(ctx, `SELECT name, sequence, status, attempt FROM step WHERE id = $1 AND run_id = $2 FOR SHARE`,
-			p.StepID, p.RunID).Scan(&name, &seq, &status, &attempt)
-		if err != nil {
-			if isNotFound(err) {
-				return core.Invalid("stepId", "no step "+p.StepID+" in this run")
-			}
-			return err
-		}
-		if name != p.StepName {
-			return core.Invalid("stepName", fmt.Sprintf("step %s is named %q, not %q", p.StepID, name, p.StepName))
-		}
-		if seq != p.Sequence {
-			return core.Invalid("sequence", fmt.Sprintf("step %s has sequence %d, not %d", p.StepID, seq, p.Sequence))
-		}
-		if status.Terminal() {
-			return fmt.Errorf("%w: step %s is %s and can store no more artifacts", core.ErrConflict, p.StepID, status)
-		}
-		if p.Attempt != 0 && (status != core.StepRunning || attempt != p.Attempt) {
-			return fmt.Errorf("%w: attempt %d of step %s is no longer current", core.ErrConflict, p.Attempt, p.StepID)
-		}
-		fullPath := core.FullPath(p.StepName, p.Sequence, p.Name)
-		err = tx.QueryRow(ctx, `INSERT INTO artifact (id, run_id, step_id, step_name, sequence, name, full_path, value, tags, metadata, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-			ON CONFLICT (run_id, full_path) DO NOTHING
-			RETURNING `+artifactColumns,
-			newID(), p.RunID, p.StepID, p.StepName, p.Sequence, p.Name, fullPath, string(p.Value), p.Tags,
-			nullJSON(p.Metadata), s.nowMillis()).Scan(artifactScanTargets(&a)...)
-		if isNotFound(err) {
-			return fmt.Errorf("%w: artifact %s already exists; artifacts are immutable", core.ErrConflict, fullPath)
-		}
-		return err
-	})
+	}
+	if err == nil && !inserted {
+		err = artifactRefusal(p, a.FullPath, runFound, found)
+	}
 	if err != nil {
 		return core.Artifact{}, fmt.Errorf("store artifact: %w", err)
 	}
 	return a, nil
+}
+
+// artifactStep is what artifactCreateSQL reads of the step; name is nil
+// when the run has no step of that id.
+type artifactStep struct {
+	name     *string
+	sequence *int
+	status   *core.StepStatus
+	attempt  *int
+}
+
+// artifactRefusal explains why artifactCreateSQL stored nothing, checking
+// in the order a caller should hear it: an unknown run (ErrNotFound), a
+// step that is not the run's or not the one named (ErrInvalid), a finished
+// step or a superseded attempt (ErrConflict), and else an artifact already
+// at that full path (ErrConflict).
+func artifactRefusal(p ArtifactCreateParams, fullPath string, runFound bool, st artifactStep) error {
+	switch {
+	case !runFound:
+		return fmt.Errorf("run %s: %w", p.RunID, core.ErrNotFound)
+	case st.name == nil:
+		return core.Invalid("stepId", "no step "+p.StepID+" in this run")
+	case *st.name != p.StepName:
+		return core.Invalid("stepName", fmt.Sprintf("step %s is named %q, not %q", p.StepID, *st.name, p.StepName))
+	case *st.sequence != p.Sequence:
+		return core.Invalid("sequence", fmt.Sprintf("step %s has sequence %d, not %d", p.StepID, *st.sequence, p.Sequence))
+	case st.status.Terminal():
+		return fmt.Errorf("%w: step %s is %s and can store no more artifacts", core.ErrConflict, p.StepID, *st.status)
+	case p.Attempt != 0 && (*st.status != core.StepRunning || *st.attempt != p.Attempt):
+		return fmt.Errorf("%w: attempt %d of step %s is no longer current", core.ErrConflict, p.Attempt, p.StepID)
+	}
+	return fmt.Errorf("%w: artifact %s already exists; artifacts are immutable", core.ErrConflict, fullPath)
 }
 
 // ArtifactListParams filters and pages a run's artifacts.
