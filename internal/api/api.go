@@ -41,6 +41,7 @@ type server struct {
 	maxArtifact int64
 	tokens      auth.Tokens
 	watcher     *watcher
+	artifacts   *artifactWriter
 }
 
 // access is who may call a route.
@@ -58,6 +59,7 @@ func New(c Config) http.Handler {
 	s := &server{store: c.Store, catalog: c.Catalog, logger: c.Logger, maxBody: c.MaxBodyBytes,
 		maxArtifact: c.MaxArtifactBytes, tokens: c.Tokens}
 	s.watcher = newWatcher(c.Store, s.logger)
+	s.artifacts = &artifactWriter{store: c.Store}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}

@@ -96,8 +96,9 @@ func TestArtifactDefaults(t *testing.T) {
 	require.Contains(t, string(got.Raw), `"value":{"a":"x","b":[1,2.50]}`)
 }
 
-// Steps storing artifacts at once each get their own answer; of requests
-// for one full path exactly one stores it and the others are conflicts.
+// Steps storing artifacts at once, which the API stores together, each get
+// their own answer; of requests for one full path exactly one stores it and
+// the others are conflicts.
 func TestConcurrentArtifacts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -123,6 +124,15 @@ func TestConcurrentArtifacts(t *testing.T) {
 			}
 		})
 	}
+	// Beside them, a value PostgreSQL refuses fails only its own request.
+	wg.Go(func() {
+		m := steps[n-1].(map[string]any)
+		for j := range 4 {
+			requireError(t, b.do("POST", "/runs/"+id+"/artifacts", fmt.Sprintf(
+				`{"stepId":%q,"stepName":"a","sequence":%v,"name":"bad-%d","value":"\ud800"}`, m["id"], m["sequence"], j)),
+				400, "VALIDATION_ERROR")
+		}
+	})
 	wg.Wait()
 	created, conflicts := 0, 0
 	for i := range n {

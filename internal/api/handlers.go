@@ -623,7 +623,7 @@ func (s *server) artifactCreate(w http.ResponseWriter, r *http.Request) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	a, err := s.store.ArtifactCreate(r.Context(), store.ArtifactCreateParams{
+	a, err := s.artifacts.create(r.Context(), store.ArtifactCreateParams{
 		RunID: r.PathValue("runId"), StepID: *req.StepID, StepName: *req.StepName, Sequence: *req.Sequence,
 		Name: *req.Name, Value: req.Value, Tags: req.Tags, Metadata: req.Metadata, Attempt: attempt})
 	if err != nil {
