@@ -59,7 +59,66 @@ func decodeJSON(data []byte, dst any) error {
 
 // checkJSON validates JSON text the way decodeJSON does, without decoding
 // it: for raw values (input, artifact values) and for request bodies.
+// Text that passes the fast checks of jsonWithinLimits is answered at once;
+// only the rest is read token by token, which names what is wrong and is
+// several times slower.
 func checkJSON(data []byte) error {
+	if utf8.Valid(data) && json.Valid(data) && jsonWithinLimits(data) {
+		return nil
+	}
+	return checkJSONTokens(data)
+}
+
+// maxExactDigits is how many digits an integer may have and certainly be
+// a float64 without overflowing.
+const maxExactDigits = 15
+
+// jsonWithinLimits reports whether valid JSON text keeps to what
+// checkJSONTokens demands: nesting at most maxJSONDepth deep, no \u0000 in
+// any string (in valid JSON, the only way for one to hold NUL) and no
+// number beyond float64. It reads the text once and allocates only to
+// parse a number that is not a short integer.
+func jsonWithinLimits(data []byte) bool {
+	depth := 0
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '{' || c == '[':
+			if depth++; depth > maxJSONDepth {
+				return false
+			}
+		case c == '}' || c == ']':
+			depth--
+		case c == '"':
+			for i++; data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+					if data[i] == 'u' && string(data[i+1:i+5]) == "0000" {
+						return false
+					}
+				}
+			}
+		case c == '-' || '0' <= c && c <= '9':
+			j, digits, plain := i, 0, true
+			for ; j < len(data) && strings.IndexByte("+-.eE0123456789", data[j]) >= 0; j++ {
+				if '0' <= data[j] && data[j] <= '9' {
+					digits++
+				} else if data[j] != '-' || j > i {
+					plain = false
+				}
+			}
+			if !plain || digits > maxExactDigits {
+				if _, err := strconv.ParseFloat(string(data[i:j]), 64); err != nil {
+					return false
+				}
+			}
+			i = j - 1
+		}
+	}
+	return true
+}
+
+// checkJSONTokens is checkJSON the slow way, reading token by token.
+func checkJSONTokens(data []byte) error {
 	if !utf8.Valid(data) {
 		return badRequest("request body is not valid UTF-8", nil)
 	}
