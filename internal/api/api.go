@@ -36,6 +36,7 @@ type Config struct {
 type server struct {
 	store       *store.Store
 	catalog     flow.Catalog
+	flows       *flow.Cache // the catalog's flows, for the endpoints that look one up
 	logger      *slog.Logger
 	maxBody     int64
 	maxArtifact int64
@@ -60,6 +61,7 @@ func New(c Config) http.Handler {
 		maxArtifact: c.MaxArtifactBytes, tokens: c.Tokens}
 	s.watcher = newWatcher(c.Store, s.logger)
 	s.artifacts = &artifactWriter{store: c.Store}
+	s.flows = flow.NewCache(c.Catalog, flow.DefaultCacheTTL)
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}

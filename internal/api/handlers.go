@@ -97,7 +97,7 @@ func (s *server) runTrigger(w http.ResponseWriter, r *http.Request) error {
 	if !objectOrNull(req.Metadata) {
 		return core.Invalid("metadata", "must be an object")
 	}
-	if _, err := s.catalog.Flow(name); err != nil {
+	if _, err := s.flows.Flow(name); err != nil {
 		return err
 	}
 	run, created, err := s.store.RunCreate(r.Context(), store.RunCreateParams{
@@ -281,7 +281,11 @@ func (s *server) stageSchedule(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	f, err := s.catalog.Flow(run.FlowName)
+	names := make([]string, len(p.Steps))
+	for i, st := range p.Steps {
+		names[i] = st.Name
+	}
+	f, err := s.flows.Flow(run.FlowName, names...)
 	if err != nil {
 		return fmt.Errorf("%w: the run's flow %s is no longer usable: %v", core.ErrConflict, run.FlowName, err)
 	}

@@ -3,8 +3,9 @@
 //	FLOWS_ROOT/{flow}/flow.sh
 //	FLOWS_ROOT/{flow}/steps/{step}/step.sh
 //
-// Every call reads the filesystem afresh, so adding or fixing a flow needs no
-// restart. A directory without flow.sh (say a lib/ of shared shell helpers)
+// Every call of a Catalog reads the filesystem afresh, so adding or fixing a
+// flow needs no restart; a Cache, for a server that looks flows up on every
+// request, remembers what it found for a second. A directory without flow.sh (say a lib/ of shared shell helpers)
 // and any hidden entry are simply not flows; a directory that does look like
 // a flow or a step but cannot be used is reported as a Problem.
 package flow

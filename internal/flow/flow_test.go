@@ -14,7 +14,7 @@ import (
 
 // build makes a FLOWS_ROOT in a temp dir. Keys are slash-separated paths; a
 // trailing slash makes an empty directory, otherwise a script with the mode.
-func build(t *testing.T, tree map[string]os.FileMode) string {
+func build(t testing.TB, tree map[string]os.FileMode) string {
 	t.Helper()
 	root := t.TempDir()
 	for path, mode := range tree {
@@ -23,7 +23,7 @@ func build(t *testing.T, tree map[string]os.FileMode) string {
 	return root
 }
 
-func add(t *testing.T, root, path string, mode os.FileMode) {
+func add(t testing.TB, root, path string, mode os.FileMode) {
 	t.Helper()
 	full := filepath.Join(root, filepath.FromSlash(path))
 	if strings.HasSuffix(path, "/") {
