@@ -3,6 +3,7 @@
 package script
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -12,13 +13,18 @@ var (
 	sigKill = syscall.SIGKILL
 )
 
-// setProcessGroup makes the script the leader of a new process group, so
-// that signals reach everything it starts, and (on Linux) has the kernel
-// kill it if the worker itself dies.
-func setProcessGroup(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	setParentDeathSignal(cmd.SysProcAttr)
-}
+// scriptAttr makes a script the leader of a new process group, so that
+// signals reach everything it starts, and (on Linux) has the kernel kill
+// it if the worker itself dies. It is shared: starting a process only
+// reads it.
+var scriptAttr = func() *syscall.SysProcAttr {
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	setParentDeathSignal(attr)
+	return attr
+}()
+
+// setProcessGroup makes the script the leader of a new process group.
+func setProcessGroup(cmd *exec.Cmd) { cmd.SysProcAttr = scriptAttr }
 
 // signalGroup signals the script's whole process group.
 func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
@@ -26,4 +32,15 @@ func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
 		return
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, sig)
+}
+
+// splitPipe makes the pipe p's read end non-blocking, for the worker, and
+// returns it with the write end as a file, blocking, for the child.
+func splitPipe(p [2]int) (int, *os.File, error) {
+	if err := syscall.SetNonblock(p[0], true); err != nil {
+		_ = syscall.Close(p[0])
+		_ = syscall.Close(p[1])
+		return -1, nil, os.NewSyscallError("fcntl", err)
+	}
+	return p[0], os.NewFile(uintptr(p[1]), "|1"), nil
 }
