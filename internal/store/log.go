@@ -1,12 +1,21 @@
 package store
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/maxq-dev/maxq/internal/core"
 )
@@ -23,38 +32,272 @@ type LogLine struct {
 	CreatedAt  int64
 }
 
-// logAppendSQL inserts a batch of lines, keeping only those of the current
-// attempt of their step or flow call: what a superseded attempt printed
-// (its worker was paused past its lease, say) is dropped.
-const logAppendSQL = `
-INSERT INTO log (id, run_id, step_id, flow_call_id, level, message, data, created_at)
-SELECT u.id, u.run_id, NULLIF(u.step_id, ''), NULLIF(u.flow_call_id, ''), u.level, u.message, u.data::jsonb, u.created_at
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::int[])
-    AS u(id, run_id, step_id, flow_call_id, level, message, data, created_at, attempt)
-WHERE EXISTS (SELECT 1 FROM step s WHERE s.id = NULLIF(u.step_id, '') AND s.attempt = u.attempt)
-   OR EXISTS (SELECT 1 FROM flow_call f WHERE f.id = NULLIF(u.flow_call_id, '') AND f.attempt = u.attempt)`
+// LogSource is what the lines of one output stream of one attempt share.
+type LogSource struct {
+	RunID      string
+	StepID     string // empty for flow.sh output
+	FlowCallID string // empty for step output
+	Attempt    int
+	Level      string          // info (stdout) or error (stderr)
+	Data       json.RawMessage // may be nil
+}
 
-// LogAppend writes lines in one statement.
-func (s *Store) LogAppend(ctx context.Context, lines []LogLine) error {
-	if len(lines) == 0 {
+// LogBatch is lines for one LogWrite, each copied into one buffer as it is
+// added, so adding a line allocates nothing once the batch has grown; Reset
+// keeps the buffers for the next batch. It is not safe for concurrent use.
+type LogBatch struct {
+	sources []LogSource
+	// Per line: its source's index (4 bytes), created_at (8), the
+	// message's length (4) and the message.
+	lines        []byte
+	count        int
+	messageBytes int
+	// For LogWrite: which sources are current, random bits for the lines'
+	// IDs, and the COPY data.
+	current []bool
+	random  []byte
+	copyBuf []byte
+}
+
+// NewLogBatch returns an empty batch with room for lines lines of size
+// bytes of messages in all.
+func NewLogBatch(lines, size int) *LogBatch {
+	return &LogBatch{lines: make([]byte, 0, lines*lineHeader+size)}
+}
+
+// lineHeader is the size of what LogBatch.lines holds of a line besides
+// its message.
+const lineHeader = 16
+
+// Reset empties the batch, keeping its buffers.
+func (b *LogBatch) Reset() {
+	clear(b.sources)
+	b.sources = b.sources[:0]
+	b.lines = b.lines[:0]
+	b.count, b.messageBytes = 0, 0
+}
+
+// Len is the number of lines in the batch.
+func (b *LogBatch) Len() int { return b.count }
+
+// Size is the number of message bytes in the batch.
+func (b *LogBatch) Size() int { return b.messageBytes }
+
+// Capacity is the memory the batch's buffers hold.
+func (b *LogBatch) Capacity() int { return cap(b.lines) + cap(b.copyBuf) }
+
+// AddSource adds what the lines of a stream share, and returns the index
+// to add them with.
+func (b *LogBatch) AddSource(s LogSource) int {
+	b.sources = append(b.sources, s)
+	return len(b.sources) - 1
+}
+
+// Add adds a line of the source with the given index, copying the
+// message, which must be valid UTF-8 without NUL bytes, as PostgreSQL text
+// is.
+func (b *LogBatch) Add(source int, message []byte, createdAt int64) {
+	be := binary.BigEndian
+	b.lines = be.AppendUint32(be.AppendUint64(be.AppendUint32(b.lines, uint32(source)), uint64(createdAt)), uint32(len(message)))
+	b.lines = append(b.lines, message...)
+	b.count++
+	b.messageBytes += len(message)
+}
+
+// logCurrentSQL finds the sources whose attempt is the current one of
+// their step or flow call: what a superseded attempt printed (its worker
+// was paused past its lease, say) is dropped.
+const logCurrentSQL = `
+SELECT s.n - 1
+FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS s(step_id, flow_call_id, attempt, n)
+WHERE EXISTS (SELECT 1 FROM step t WHERE t.id = NULLIF(s.step_id, '') AND t.attempt = s.attempt)
+   OR EXISTS (SELECT 1 FROM flow_call f WHERE f.id = NULLIF(s.flow_call_id, '') AND f.attempt = s.attempt)`
+
+// logCopySQL takes the lines, in the order of logCopy's fields.
+const logCopySQL = `COPY log (run_id, step_id, flow_call_id, level, data, id, message, created_at) FROM STDIN (FORMAT binary)`
+
+// LogWrite writes a batch of lines of current attempts, in their order: a
+// query for which sources are current, then a COPY of their lines, so the
+// lines go from the batch to the connection through a buffer of pgconn's
+// pool with nothing allocated per line. (An attempt superseded between the
+// two, within a round trip, still gets in what it printed before, as with
+// any write that races the claim.) The batch is left as it was, for the
+// caller to retry or Reset.
+func (s *Store) LogWrite(ctx context.Context, b *LogBatch) error {
+	if b.count == 0 {
 		return nil
 	}
-	n := len(lines)
-	ids, runs, steps, calls := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	levels, messages, data := make([]string, n), make([]string, n), make([]*string, n)
-	at, attempts := make([]int64, n), make([]int32, n)
-	for i, l := range lines {
-		ids[i], runs[i], steps[i], calls[i] = newID(), l.RunID, l.StepID, l.FlowCallID
-		levels[i], messages[i], at[i], attempts[i] = l.Level, l.Message, l.CreatedAt, int32(l.Attempt)
-		if len(l.Data) > 0 {
-			d := string(l.Data)
-			data[i] = &d
+	err := s.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		if err := b.findCurrent(ctx, c.Conn()); err != nil {
+			return err
 		}
-	}
-	if _, err := s.pool.Exec(ctx, logAppendSQL, ids, runs, steps, calls, levels, messages, data, at, attempts); err != nil {
+		if !slices.Contains(b.current, true) {
+			return nil
+		}
+		b.random = slices.Grow(b.random[:0], b.count*idRandomBytes)[:b.count*idRandomBytes]
+		_, _ = rand.Read(b.random)
+		_, err := c.Conn().PgConn().CopyFrom(ctx, &logCopy{b: b, idTime: time.Now().UnixMilli()}, logCopySQL)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("append log lines: %w", interpretError(err))
 	}
 	return nil
+}
+
+// findCurrent sets b.current.
+func (b *LogBatch) findCurrent(ctx context.Context, conn *pgx.Conn) error {
+	n := len(b.sources)
+	steps, calls, attempts := make([]string, n), make([]string, n), make([]int32, n)
+	for i, src := range b.sources {
+		steps[i], calls[i], attempts[i] = src.StepID, src.FlowCallID, int32(src.Attempt)
+	}
+	b.current = append(b.current[:0], make([]bool, n)...)
+	rows, err := conn.Query(ctx, logCurrentSQL, steps, calls, attempts)
+	if err != nil {
+		return err
+	}
+	var i int
+	_, err = pgx.ForEachRow(rows, []any{&i}, func() error {
+		b.current[i] = true
+		return nil
+	})
+	return err
+}
+
+// logCopy is a batch's lines as COPY's binary format.
+type logCopy struct {
+	b       *LogBatch
+	idTime  int64 // in the lines' IDs
+	started bool
+	off     int    // in b.lines: the next line
+	line    int    // its index
+	pending []byte // encoded, not yet read
+	done    bool
+}
+
+// pgcopySignature starts COPY's binary format.
+const pgcopySignature = "PGCOPY\n\xff\r\n\x00"
+
+func (r *logCopy) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if len(r.pending) == 0 && !r.encode() {
+			break
+		}
+		c := copy(p[n:], r.pending)
+		r.pending = r.pending[c:]
+		n += c
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// encode encodes the next lines, about copyChunk bytes of them, into
+// r.pending; it reports false when there is nothing left.
+func (r *logCopy) encode() bool {
+	const copyChunk = 16 << 10
+	if r.done {
+		return false
+	}
+	b, be := r.b, binary.BigEndian
+	buf := b.copyBuf[:0]
+	if !r.started {
+		r.started = true
+		buf = be.AppendUint32(be.AppendUint32(append(buf, pgcopySignature...), 0), 0) // flags, extension
+	}
+	for len(buf) < copyChunk && r.off < len(b.lines) {
+		line := b.lines[r.off:]
+		src := int(be.Uint32(line))
+		at := be.Uint64(line[4:])
+		size := int(be.Uint32(line[12:]))
+		message := line[lineHeader : lineHeader+size]
+		r.off += lineHeader + size
+		random := b.random[r.line*idRandomBytes:][:idRandomBytes]
+		r.line++
+		if !b.current[src] {
+			continue
+		}
+		s := &b.sources[src]
+		buf = be.AppendUint16(buf, 8) // fields
+		buf = appendField(buf, s.RunID)
+		buf = appendField(buf, s.StepID)
+		buf = appendField(buf, s.FlowCallID)
+		buf = appendField(buf, s.Level)
+		if s.Data == nil {
+			buf = be.AppendUint32(buf, math.MaxUint32) // -1: NULL
+		} else {
+			buf = append(be.AppendUint32(buf, uint32(len(s.Data)+1)), 1) // jsonb's version
+			buf = append(buf, s.Data...)
+		}
+		buf = appendLogID(be.AppendUint32(buf, 36), r.idTime, random)
+		buf = append(be.AppendUint32(buf, uint32(size)), message...)
+		buf = be.AppendUint64(be.AppendUint32(buf, 8), at)
+	}
+	if r.off >= len(b.lines) {
+		r.done = true
+		buf = be.AppendUint16(buf, math.MaxUint16) // -1: the end
+	}
+	b.copyBuf, r.pending = buf, buf
+	return true
+}
+
+// appendField appends a text field; the empty string is NULL.
+func appendField(p []byte, s string) []byte {
+	if s == "" {
+		return binary.BigEndian.AppendUint32(p, math.MaxUint32)
+	}
+	return append(binary.BigEndian.AppendUint32(p, uint32(len(s))), s...)
+}
+
+// idRandomBytes is how many random bytes a line's ID takes.
+const idRandomBytes = 10
+
+// appendLogID appends a line's ID: a UUIDv7 (RFC 9562) like newID's,
+// but of random bits given, so a batch's IDs take one read of random
+// bytes and no allocation; in text form, as UUID.String gives it.
+func appendLogID(p []byte, unixMilli int64, random []byte) []byte {
+	var u [16]byte
+	binary.BigEndian.PutUint64(u[:], uint64(unixMilli)<<16) // 48 bits of time
+	copy(u[6:], random)
+	u[6] = 0x70 | u[6]&0x0f // version 7
+	u[8] = 0x80 | u[8]&0x3f // RFC 9562 variant
+	var buf [36]byte
+	hex.Encode(buf[0:8], u[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], u[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], u[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], u[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:], u[10:])
+	return append(p, buf[:]...)
+}
+
+// LogAppend writes lines in one batch.
+func (s *Store) LogAppend(ctx context.Context, lines []LogLine) error {
+	size := 0
+	for _, l := range lines {
+		size += len(l.Message)
+	}
+	b := NewLogBatch(len(lines), size)
+	src := -1
+	for _, l := range lines {
+		p := LogSource{RunID: l.RunID, StepID: l.StepID, FlowCallID: l.FlowCallID, Attempt: l.Attempt, Level: l.Level, Data: l.Data}
+		if src < 0 || !sameSource(p, b.sources[src]) {
+			src = b.AddSource(p)
+		}
+		b.Add(src, []byte(l.Message), l.CreatedAt)
+	}
+	return s.LogWrite(ctx, b)
+}
+
+func sameSource(a, b LogSource) bool {
+	return a.RunID == b.RunID && a.StepID == b.StepID && a.FlowCallID == b.FlowCallID && a.Attempt == b.Attempt &&
+		a.Level == b.Level && bytes.Equal(a.Data, b.Data) && (a.Data == nil) == (b.Data == nil)
 }
 
 func nullString(s string) any {

@@ -1,12 +1,16 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 
 	"github.com/maxq-dev/maxq/internal/script"
 	"github.com/maxq-dev/maxq/internal/store"
@@ -14,116 +18,208 @@ import (
 
 // logBatcher writes the output of all of a worker's scripts to the log
 // table from one goroutine, a COPY per batch: every flushEvery, or sooner
-// when batchSize lines wait. Its queue is bounded, so a script that prints
-// faster than the database takes it is slowed, never buffered without end.
+// when a batch is full. Lines are copied into the batch as they come, so
+// none is kept as a string of its own, and there are two batches, one
+// filling while the other is written, each bounded in lines and in bytes:
+// a script that prints faster than the database takes it is slowed, never
+// buffered without end, and the batcher's memory does not depend on how
+// much or how long the lines are.
 type logBatcher struct {
 	store  *store.Store
 	logger *slog.Logger
-	lines  chan logItem
-	done   chan struct{}
+
+	mu      sync.Mutex
+	changed sync.Cond // a batch was taken for writing, or written
+	filling *store.LogBatch
+	spare   *store.LogBatch // nil while it is being written
+	gen     uint64          // counts the batches filled, for logSource
+	queued  uint64          // lines added so far
+	written uint64          // lines written (or given up on) so far
+	syncs   int             // calls of sync waiting
+	closed  bool
+
+	kick chan struct{} // a batch is full, a sync waits, or close
+	done chan struct{}
 }
 
-// logItem is a line to write, or a barrier: flushed is closed once every
-// line queued before it is written.
-type logItem struct {
-	line    store.LogLine
-	flushed chan struct{}
+// logSource is one output stream of one script attempt, and its index in
+// the batch being filled (when gen is the batch's).
+type logSource struct {
+	store.LogSource
+	gen   uint64
+	index int
 }
 
 const (
-	batchSize  = 1000
+	batchSize  = 1000     // lines
+	batchBytes = 64 << 10 // bytes of messages
 	flushEvery = 100 * time.Millisecond
 )
 
 func newLogBatcher(s *store.Store, logger *slog.Logger) *logBatcher {
-	b := &logBatcher{store: s, logger: logger, lines: make(chan logItem, 4*batchSize), done: make(chan struct{})}
+	b := &logBatcher{store: s, logger: logger, gen: 1, kick: make(chan struct{}, 1), done: make(chan struct{}),
+		filling: store.NewLogBatch(batchSize, batchBytes), spare: store.NewLogBatch(batchSize, batchBytes)}
+	b.changed.L = &b.mu
 	go b.loop()
 	return b
 }
 
-// sink returns the Output function for one script attempt.
+// sink returns the Output function for one script attempt. (sinkBytes
+// saves the string script makes of each line.)
 func (b *logBatcher) sink(runID, stepID, callID string, attempt int) func(script.Line) {
-	data := map[script.Stream]json.RawMessage{
-		script.Stdout: json.RawMessage(`{"stream":"stdout","attempt":` + strconv.Itoa(attempt) + `}`),
-		script.Stderr: json.RawMessage(`{"stream":"stderr","attempt":` + strconv.Itoa(attempt) + `}`),
-	}
+	out := b.sinkBytes(runID, stepID, callID, attempt)
 	return func(l script.Line) {
-		level := "info"
-		if l.Stream == script.Stderr {
-			level = "error"
+		// The bytes of the string, which out only reads.
+		out(l.Stream, unsafe.Slice(unsafe.StringData(l.Text), len(l.Text)), l.At)
+	}
+}
+
+// sinkBytes returns the OutputBytes function for one script attempt.
+func (b *logBatcher) sinkBytes(runID, stepID, callID string, attempt int) func(script.Stream, []byte, time.Time) {
+	source := func(stream script.Stream, level string) *logSource {
+		data := json.RawMessage(`{"stream":"` + string(stream) + `","attempt":` + strconv.Itoa(attempt) + `}`)
+		return &logSource{LogSource: store.LogSource{RunID: runID, StepID: stepID, FlowCallID: callID, Attempt: attempt,
+			Level: level, Data: data}}
+	}
+	stdout, stderr := source(script.Stdout, "info"), source(script.Stderr, "error")
+	return func(stream script.Stream, text []byte, at time.Time) {
+		src := stdout
+		if stream == script.Stderr {
+			src = stderr
 		}
-		b.lines <- logItem{line: store.LogLine{RunID: runID, StepID: stepID, FlowCallID: callID, Attempt: attempt, Level: level,
-			Message: cleanText(l.Text), Data: data[l.Stream], CreatedAt: l.At.UnixMilli()}}
+		b.add(src, cleanText(text), at.UnixMilli())
 	}
 }
 
 // cleanText makes a line storable as PostgreSQL text: valid UTF-8, no NUL.
-func cleanText(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+// It allocates only for a line that needs it.
+func cleanText(text []byte) []byte {
+	if utf8.Valid(text) && bytes.IndexByte(text, 0) < 0 {
+		return text
+	}
+	s := strings.ToValidUTF8(string(text), "\uFFFD")
+	return []byte(strings.ReplaceAll(s, "\x00", "\uFFFD"))
+}
+
+// add copies a line into the batch being filled, waiting while that batch
+// is full and the other one is still being written.
+func (b *logBatcher) add(src *logSource, text []byte, at int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for full(b.filling, len(text)) {
+		b.poke()
+		b.changed.Wait()
+	}
+	if src.gen != b.gen {
+		src.gen, src.index = b.gen, b.filling.AddSource(src.LogSource)
+	}
+	b.filling.Add(src.index, text, at)
+	b.queued++
+	if full(b.filling, 0) {
+		b.poke()
+	}
+}
+
+// full reports whether batch has no room for a line of n bytes. An empty
+// batch takes any line, so one longer than batchBytes still goes.
+func full(batch *store.LogBatch, n int) bool {
+	return batch.Len() > 0 && (batch.Len() >= batchSize || batch.Size()+n > batchBytes)
+}
+
+// poke wakes the loop, unless it is awake already.
+func (b *logBatcher) poke() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (b *logBatcher) loop() {
 	defer close(b.done)
-	batch := make([]store.LogLine, 0, batchSize)
 	tick := time.NewTicker(flushEvery)
 	defer tick.Stop()
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		// A database restart must not lose output: retry for a while
-		// (scripts printing meanwhile wait on the bounded queue).
-		delay := 100 * time.Millisecond
-		for start := time.Now(); ; {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := b.store.LogAppend(ctx, batch)
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Since(start) > time.Minute {
-				b.logger.Error("write script output to the log table: giving up", "lines", len(batch), "err", err)
-				break
-			}
-			b.logger.Warn("write script output to the log table: retrying", "lines", len(batch), "err", err)
-			time.Sleep(delay)
-			delay = min(2*delay, 5*time.Second)
-		}
-		batch = batch[:0]
-	}
 	for {
 		select {
-		case it, ok := <-b.lines:
-			switch {
-			case !ok:
-				flush()
-				return
-			case it.flushed != nil:
-				flush()
-				close(it.flushed)
-			default:
-				batch = append(batch, it.line)
-				if len(batch) >= batchSize {
-					flush()
-				}
-			}
+		case <-b.kick:
 		case <-tick.C:
-			flush()
 		}
+		b.mu.Lock()
+		batch := b.filling
+		if batch.Len() == 0 {
+			closed := b.closed
+			b.mu.Unlock()
+			if closed {
+				return
+			}
+			continue
+		}
+		b.filling, b.spare = b.spare, nil
+		b.gen++
+		b.changed.Broadcast()
+		b.mu.Unlock()
+
+		b.write(batch)
+		n := uint64(batch.Len())
+		batch.Reset()
+		if batch.Capacity() > 4*batchBytes {
+			batch = store.NewLogBatch(batchSize, batchBytes) // after a line far longer than most
+		}
+		b.mu.Lock()
+		b.spare = batch
+		b.written += n
+		more := b.closed || full(b.filling, 0) || b.syncs > 0 && b.written < b.queued
+		b.changed.Broadcast()
+		b.mu.Unlock()
+		if more {
+			b.poke()
+		}
+	}
+}
+
+// write writes one batch. A database restart must not lose output: it
+// retries for a while (scripts printing meanwhile fill the other batch,
+// then wait).
+func (b *logBatcher) write(batch *store.LogBatch) {
+	delay := 100 * time.Millisecond
+	for start := time.Now(); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := b.store.LogWrite(ctx, batch)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			b.logger.Error("write script output to the log table: giving up", "lines", batch.Len(), "err", err)
+			return
+		}
+		b.logger.Warn("write script output to the log table: retrying", "lines", batch.Len(), "err", err)
+		time.Sleep(delay)
+		delay = min(2*delay, 5*time.Second)
 	}
 }
 
 // sync returns once every line queued so far is written, so a script's
 // output is in the log table before its result is recorded.
 func (b *logBatcher) sync() {
-	done := make(chan struct{})
-	b.lines <- logItem{flushed: done}
-	<-done
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	target := b.queued
+	if b.written >= target {
+		return
+	}
+	b.syncs++
+	defer func() { b.syncs-- }()
+	b.poke()
+	for b.written < target {
+		b.changed.Wait()
+	}
 }
 
 // close flushes what is queued and stops; no sink may be used after it.
 func (b *logBatcher) close() {
-	close(b.lines)
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.poke()
 	<-b.done
 }
