@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -269,4 +270,77 @@ func TestClaimTakesBothKindsAndTheNextBackoff(t *testing.T) {
 	got, err = f.s.Claim(f.ctx, store.ClaimParams{})
 	require.NoError(t, err)
 	require.Equal(t, store.Claimed{}, got, "nothing asked, nothing taken")
+}
+
+// Batches that each end stages of several runs, in every order: ending a
+// stage locks its run (to queue the next flow.sh call), and settle takes
+// those locks in run order, so no two batches hold the run the other waits
+// for. Every stage completes and queues its call exactly once.
+func TestStepsFinishBatchesEndingStagesOfManyRuns(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const runs, stages = 8, 12
+	var ids []string
+	for range runs {
+		run, _, err := f.s.RunCreate(f.ctx, store.RunCreateParams{FlowName: "flow"})
+		require.NoError(t, err)
+		ids = append(ids, run.ID)
+	}
+	// Stages are scheduled round by round in a shuffled order of runs, so
+	// the order of stage ids is not the order of run ids.
+	for k := range stages {
+		order := rand.Perm(runs)
+		for _, i := range order {
+			_, _, _, err := f.s.StageSchedule(f.ctx, store.StageScheduleParams{RunID: ids[i],
+				Stage: fmt.Sprintf("st%02d", k), Steps: []store.StepSpec{{Name: fmt.Sprintf("s%02d", k), Instances: 1}}})
+			require.NoError(t, err)
+		}
+	}
+	claimed := f.claim(runs * stages)
+	require.Len(t, claimed, runs*stages)
+	rand.Shuffle(len(claimed), func(i, j int) { claimed[i], claimed[j] = claimed[j], claimed[i] })
+
+	const writers = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []store.StepFinishParams
+			for i := w; i < len(claimed); i += writers {
+				mine = append(mine, completed(claimed[i]))
+			}
+			for len(mine) > 0 {
+				k := min(len(mine), 2+rand.IntN(6))
+				if _, _, err := f.s.StepsFinish(f.ctx, mine[:k]); err != nil {
+					errs <- err
+					return
+				}
+				mine = mine[k:]
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for _, runID := range ids {
+		_, got, err := f.s.RunGet(f.ctx, runID)
+		require.NoError(t, err)
+		require.Len(t, got, stages)
+		for _, st := range got {
+			require.Equal(t, core.StageCompleted, st.Status)
+		}
+	}
+	var calls int
+	require.NoError(t, f.s.Pool().QueryRow(f.ctx, `SELECT count(*) FROM flow_call
+		WHERE status = 'pending' AND coalesce(completed_stage, '') <> ''`).Scan(&calls))
+	require.Equal(t, runs*stages, calls, "one callback per completed stage")
+	time.Sleep(1500 * time.Millisecond) // the server counts a transaction once it is idle
+	var deadlocks int64
+	require.NoError(t, f.s.Pool().QueryRow(f.ctx,
+		`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks))
+	require.Zero(t, deadlocks, "batches deadlocked")
 }

@@ -15,12 +15,13 @@ import (
 // their stages, and settles it once at the end: stage counters decremented,
 // stages that ran out of steps completed or called back, workers notified.
 type transition struct {
-	ctx  context.Context
-	tx   pgx.Tx
-	now  int64
-	done map[string]int // stage id → steps that reached a terminal state
-	wake bool           // something became ready: NOTIFY at the end
-	woke bool           // settle sent the NOTIFY
+	ctx   context.Context
+	tx    pgx.Tx
+	now   int64
+	done  map[string]int // stage id → steps that reached a terminal state
+	ended []endedStage   // stages that ran out of steps, acted on by settle
+	wake  bool           // something became ready: NOTIFY at the end
+	woke  bool           // settle sent the NOTIFY
 }
 
 func newTransition(ctx context.Context, tx pgx.Tx, now int64) *transition {
@@ -55,7 +56,7 @@ func (t *transition) stepCompleted(runID, stageID, name string) error {
 // (exit codes alongside), releases their dependents and counts them off
 // their stages, all in one statement; attempts that are no longer running
 // are left alone. applied is called with the id of each step it completed.
-// Stages that ran out of steps are acted on as settle does.
+// Stages that ran out of steps are acted on by settle.
 //
 // Rows other transactions may also be writing — dependents and stages —
 // are locked in id order, so two workers' batches cannot deadlock.
@@ -84,11 +85,7 @@ func (t *transition) stepsCompleted(ids []string, attempts []int32, exits []*int
 		applied(id)
 	}
 	t.woke = t.woke || woke
-	for _, e := range ended {
-		if err := t.stageEnded(e); err != nil {
-			return err
-		}
-	}
+	t.ended = append(t.ended, ended...)
 	return nil
 }
 
@@ -212,8 +209,11 @@ func (t *transition) failStages(ids []string) ([]string, error) {
 }
 
 // settle applies the stage counters and acts on every stage that ran out of
-// steps in this transaction (see stageEnded). It sends the NOTIFY if
-// anything became ready.
+// steps in this transaction (see stageEnded), in the order of their runs'
+// ids: acting on a stage locks its run, and a batch may end stages of
+// several runs, so two batches taking their runs in stage order could each
+// hold the run the other waits for. It sends the NOTIFY if anything became
+// ready.
 func (t *transition) settle() error {
 	for _, id := range keys(t.done) {
 		n := t.done[id]
@@ -231,14 +231,21 @@ func (t *transition) settle() error {
 		if err != nil {
 			return fmt.Errorf("count stage steps: %w", err)
 		}
-		if left > 0 {
-			continue
+		if left == 0 {
+			t.ended = append(t.ended, e)
 		}
+	}
+	t.done = map[string]int{}
+	sort.Slice(t.ended, func(i, j int) bool {
+		a, b := t.ended[i], t.ended[j]
+		return a.runID < b.runID || a.runID == b.runID && a.id < b.id
+	})
+	for _, e := range t.ended {
 		if err := t.stageEnded(e); err != nil {
 			return err
 		}
 	}
-	t.done = map[string]int{}
+	t.ended = nil
 	if t.wake {
 		t.wake, t.woke = false, true
 		return notify(t.ctx, t.tx)
