@@ -60,6 +60,51 @@ func (f *fixture) steps(runID string) map[string][]core.Step {
 	return byName
 }
 
+// finishConcurrently completes claimed from four writers at once, each in
+// batches of 2 to most outcomes; check, when given, vets each batch's answer.
+func (f *fixture) finishConcurrently(claimed []store.ClaimedStep, most int, check func(applied []bool, woke bool) error) {
+	const writers = 4
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []store.StepFinishParams
+			for i := w; i < len(claimed); i += writers {
+				mine = append(mine, completed(claimed[i]))
+			}
+			for len(mine) > 0 {
+				k := min(len(mine), 2+rand.IntN(most-1))
+				applied, woke, err := f.s.StepsFinish(f.ctx, mine[:k])
+				if err == nil && check != nil {
+					err = check(applied, woke)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				mine = mine[k:]
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(f.t, err)
+	}
+}
+
+// deadlocks is the server's count of deadlocks in the fixture's database.
+// Deadlocked transactions are retried, so only this count shows them.
+func (f *fixture) deadlocks() int64 {
+	time.Sleep(1500 * time.Millisecond) // the server counts a transaction once it is idle
+	var n int64
+	require.NoError(f.t, f.s.Pool().QueryRow(f.ctx,
+		`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
+	return n
+}
+
 func completed(c store.ClaimedStep) store.StepFinishParams {
 	zero := 0
 	return store.StepFinishParams{StepID: c.ID, Attempt: c.Attempt, Completed: true, ExitCode: &zero, Retry: true}
@@ -182,42 +227,17 @@ func TestStepsFinishConcurrentBatches(t *testing.T) {
 	require.Len(t, claimed, 2*n)
 	rand.Shuffle(len(claimed), func(i, j int) { claimed[i], claimed[j] = claimed[j], claimed[i] })
 
-	const writers = 4
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
 	woken := make(chan bool, 2*n)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []store.StepFinishParams
-			for i := w; i < len(claimed); i += writers {
-				mine = append(mine, completed(claimed[i]))
+	f.finishConcurrently(claimed, 25, func(applied []bool, woke bool) error {
+		for _, ok := range applied {
+			if !ok {
+				return errors.New("a current attempt's result was fenced off")
 			}
-			for len(mine) > 0 {
-				k := min(len(mine), 1+rand.IntN(25))
-				applied, woke, err := f.s.StepsFinish(f.ctx, mine[:k])
-				if err != nil {
-					errs <- err
-					return
-				}
-				for _, ok := range applied {
-					if !ok {
-						errs <- errors.New("a current attempt's result was fenced off")
-						return
-					}
-				}
-				woken <- woke
-				mine = mine[k:]
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
+		}
+		woken <- woke
+		return nil
+	})
 	close(woken)
-	for err := range errs {
-		require.NoError(t, err)
-	}
 	wakes := 0
 	for w := range woken {
 		if w {
@@ -236,11 +256,7 @@ func TestStepsFinishConcurrentBatches(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, core.StageRunning, stages[0].Status, "its z steps are still running")
 	}
-	time.Sleep(1500 * time.Millisecond) // the server counts a transaction once it is idle
-	var deadlocks int64
-	require.NoError(t, f.s.Pool().QueryRow(f.ctx,
-		`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks))
-	require.Zero(t, deadlocks, "batches deadlocked")
+	require.Zero(t, f.deadlocks(), "batches deadlocked")
 }
 
 // One Claim takes flow calls and steps together, and says when the next
@@ -300,32 +316,7 @@ func TestStepsFinishBatchesEndingStagesOfManyRuns(t *testing.T) {
 	require.Len(t, claimed, runs*stages)
 	rand.Shuffle(len(claimed), func(i, j int) { claimed[i], claimed[j] = claimed[j], claimed[i] })
 
-	const writers = 4
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []store.StepFinishParams
-			for i := w; i < len(claimed); i += writers {
-				mine = append(mine, completed(claimed[i]))
-			}
-			for len(mine) > 0 {
-				k := min(len(mine), 2+rand.IntN(6))
-				if _, _, err := f.s.StepsFinish(f.ctx, mine[:k]); err != nil {
-					errs <- err
-					return
-				}
-				mine = mine[k:]
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		require.NoError(t, err)
-	}
+	f.finishConcurrently(claimed, 8, nil)
 	for _, runID := range ids {
 		_, got, err := f.s.RunGet(f.ctx, runID)
 		require.NoError(t, err)
@@ -338,9 +329,5 @@ func TestStepsFinishBatchesEndingStagesOfManyRuns(t *testing.T) {
 	require.NoError(t, f.s.Pool().QueryRow(f.ctx, `SELECT count(*) FROM flow_call
 		WHERE status = 'pending' AND coalesce(completed_stage, '') <> ''`).Scan(&calls))
 	require.Equal(t, runs*stages, calls, "one callback per completed stage")
-	time.Sleep(1500 * time.Millisecond) // the server counts a transaction once it is idle
-	var deadlocks int64
-	require.NoError(t, f.s.Pool().QueryRow(f.ctx,
-		`SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks))
-	require.Zero(t, deadlocks, "batches deadlocked")
+	require.Zero(t, f.deadlocks(), "batches deadlocked")
 }
