@@ -194,20 +194,23 @@ func (s *suite) latencyRows(ctx context.Context, res latencyRuns, window [2]int6
 
 	r := s.report
 	r.versus("latency", "load: steps/s run during the probes (target half the burn-down rate)", rate, s.maxRate, "steps/s")
-	p50, p99 := claimed.pct(50), claimed.pct(99)
-	r.value("latency", fmt.Sprintf("(a) dependency completed → dependent claimed, p50 (%d samples)", len(claimed)), p50, "ms").
+	// The targets are on the script's own first line: a dependent is
+	// claimed in the transaction that records its dependency's result, so
+	// the claim alone says little.
+	r.value("latency", fmt.Sprintf("(a) dependency completed → dependent claimed, p50 (%d samples)", len(claimed)), claimed.pct(50), "ms")
+	r.value("latency", "(a) dependency completed → dependent claimed, p99", claimed.pct(99), "ms")
+	p50, p99 := running.pct(50), running.pct(99)
+	r.value("latency", fmt.Sprintf("(a) dependency completed → dependent running (its clock), p50 (%d samples)", len(running)), p50, "ms").
 		target("≤ 5 ms", p50 <= 5)
-	r.value("latency", "(a) dependency completed → dependent claimed, p99", p99, "ms").target("≤ 25 ms", p99 <= 25)
-	r.value("latency", "(a) dependency completed → dependent running (its clock), p50", running.pct(50), "ms")
-	r.value("latency", "(a) dependency completed → dependent running (its clock), p99", running.pct(99), "ms")
+	r.value("latency", "(a) dependency completed → dependent running (its clock), p99", p99, "ms").target("≤ 25 ms", p99 <= 25)
 	r.value("latency", fmt.Sprintf("(b) trigger → run completed, one-step flow, p50 (%d runs)", len(e2e)), e2e.pct(50), "ms")
 	r.value("latency", "(b) trigger → run completed, one-step flow, p99", e2e.pct(99), "ms").
 		target("≤ 100 ms", e2e.pct(99) <= 100)
-	c50, c99 := cb.completedToClaimed.pct(50), cb.completedToClaimed.pct(99)
-	r.value("latency", fmt.Sprintf("(c) stage completed → next flow.sh claimed, p50 (%d samples)", len(cb.completedToClaimed)), c50, "ms")
-	r.value("latency", "(c) stage completed → next flow.sh claimed, p99", c99, "ms").target("≤ 25 ms", c99 <= 25)
+	r.value("latency", fmt.Sprintf("(c) stage completed → next flow.sh claimed, p50 (%d samples)", len(cb.completedToClaimed)), cb.completedToClaimed.pct(50), "ms")
+	r.value("latency", "(c) stage completed → next flow.sh claimed, p99", cb.completedToClaimed.pct(99), "ms")
+	c99 := cb.completedToRunning.pct(99)
 	r.value("latency", "(c) stage completed → next flow.sh running (its clock), p50", cb.completedToRunning.pct(50), "ms")
-	r.value("latency", "(c) stage completed → next flow.sh running (its clock), p99", cb.completedToRunning.pct(99), "ms")
+	r.value("latency", "(c) stage completed → next flow.sh running (its clock), p99", c99, "ms").target("≤ 25 ms", c99 <= 25)
 	r.text("latency", "CPU during the probes", cpu.perItem(inWindow, "step"))
 	return nil
 }

@@ -128,17 +128,18 @@ type Run struct {
 
 // Step is a step object of the API.
 type Step struct {
-	ID         string            `json:"id"`
-	Name       string            `json:"name"`
-	Sequence   int               `json:"sequence"`
-	Status     string            `json:"status"`
-	Stage      string            `json:"stage"`
-	RetryCount int               `json:"retryCount"`
-	Error      json.RawMessage   `json:"error"`
-	Output     json.RawMessage   `json:"output"`
-	Env        map[string]string `json:"env"`
-	StartedAt  *int64            `json:"startedAt"`
-	DurationMs *int64            `json:"durationMs"`
+	ID          string            `json:"id"`
+	Name        string            `json:"name"`
+	Sequence    int               `json:"sequence"`
+	Status      string            `json:"status"`
+	Stage       string            `json:"stage"`
+	RetryCount  int               `json:"retryCount"`
+	Error       json.RawMessage   `json:"error"`
+	Output      json.RawMessage   `json:"output"`
+	Env         map[string]string `json:"env"`
+	StartedAt   *int64            `json:"startedAt"`
+	CompletedAt *int64            `json:"completedAt"`
+	DurationMs  *int64            `json:"durationMs"`
 }
 
 // trigger starts a run of flow with input and returns its id.

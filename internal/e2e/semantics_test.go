@@ -240,6 +240,57 @@ func TestConcurrencyLimit(t *testing.T) {
 	require.Equal(t, 3, maxOverlap(iv), "MAXQ_MAX_CONCURRENT_STEPS=3 is used and never exceeded")
 }
 
+// Dependents are claimed by the worker that records their dependencies'
+// results, in the same transaction, while the claim loop fills the same
+// slots with other work: the limit still holds.
+func TestConcurrencyLimitWithDependents(t *testing.T) {
+	t.Parallel()
+	rec := newRecorder(t)
+	body := rec.sh("start") + "sleep 0.05\n" + rec.sh("end")
+	root := flowDir(t, "mixed", `[ -n "$MAXQ_COMPLETED_STAGE" ] || `+scheduleSh("p", true, `[
+		{"name":"a","instances":8,"maxRetries":0},
+		{"name":"b","instances":8,"dependsOn":["a"],"maxRetries":0},
+		{"name":"c","instances":8,"dependsOn":["b"],"maxRetries":0},
+		{"name":"z","instances":16,"maxRetries":0}]`),
+		map[string]string{"a": body, "b": body, "c": body, "z": body})
+	s := newStack(t, root, options{MaxSteps: 3})
+	run := s.wait(s.trigger("mixed", nil), 60*time.Second)
+	require.Equal(t, "completed", run.Status)
+	var all [][2]int64
+	for _, name := range []string{"a", "b", "c", "z"} {
+		all = append(all, intervals(rec.events(), name)...)
+	}
+	require.Len(t, all, 40)
+	require.Equal(t, 3, maxOverlap(all), "MAXQ_MAX_CONCURRENT_STEPS=3 is used and never exceeded")
+}
+
+// Each step of a chain is claimed in the transaction that records its
+// dependency's result: its startedAt is that completedAt, to the
+// millisecond.
+func TestDependentClaimedWithItsDependencysResult(t *testing.T) {
+	t.Parallel()
+	root := flowDir(t, "chain", `[ -n "$MAXQ_COMPLETED_STAGE" ] || `+scheduleSh("p", true, `[
+		{"name":"s1","instances":1,"maxRetries":0},
+		{"name":"s2","instances":1,"maxRetries":0,"dependsOn":["s1"]},
+		{"name":"s3","instances":1,"maxRetries":0,"dependsOn":["s2"]},
+		{"name":"s4","instances":1,"maxRetries":0,"dependsOn":["s3"]}]`),
+		map[string]string{"s1": "exit 0\n", "s2": "exit 0\n", "s3": "exit 0\n", "s4": "exit 0\n"})
+	s := newStack(t, root, options{})
+	id := s.trigger("chain", nil)
+	run := s.wait(id, 30*time.Second)
+	require.Equal(t, "completed", run.Status, "error: %s", run.Error)
+	byName := map[string]Step{}
+	for _, st := range s.steps(id) {
+		byName[st.Name] = st
+	}
+	for i := 2; i <= 4; i++ {
+		dep, st := byName[fmt.Sprintf("s%d", i-1)], byName[fmt.Sprintf("s%d", i)]
+		require.NotNil(t, dep.CompletedAt)
+		require.NotNil(t, st.StartedAt)
+		require.Equal(t, *dep.CompletedAt, *st.StartedAt, "%s claimed as %s's result was recorded", st.Name, dep.Name)
+	}
+}
+
 func TestRetries(t *testing.T) {
 	t.Parallel()
 	rec := newRecorder(t)
@@ -383,7 +434,8 @@ sleep 0.3
 		ids = append(ids, s.trigger("twin", nil))
 	}
 	for _, id := range ids {
-		require.Equal(t, "completed", s.wait(id, 30*time.Second).Status)
+		run := s.wait(id, 30*time.Second)
+		require.Equal(t, "completed", run.Status, "error: %s", run.Error)
 	}
 	data, err := os.ReadFile(filepath.Join(rec.dir, "calls"))
 	require.NoError(t, err)
@@ -431,7 +483,8 @@ func TestFinalStageEndsRun(t *testing.T) {
 		scheduleSh("only", true, `[{"name":"x","instances":1,"maxRetries":0}]`), map[string]string{"x": "exit 0\n"})
 	s := newStack(t, root, options{})
 	id := s.trigger("fin", nil)
-	require.Equal(t, "completed", s.wait(id, 30*time.Second).Status)
+	run := s.wait(id, 30*time.Second)
+	require.Equal(t, "completed", run.Status, "error: %s", run.Error)
 	time.Sleep(300 * time.Millisecond)
 	calls := 0
 	for _, e := range rec.events() {

@@ -73,10 +73,14 @@ type ClaimedStep struct {
 	TimeoutMs int64 // 0: none
 }
 
-const stepClaimSQL = `
+// stepClaim is the claim of ready steps, those that match also: lock the
+// oldest ready rows that no one else has locked, and start an attempt of
+// each. The claim's partial index holds exactly the ready rows.
+func stepClaim(also string) string {
+	return `
 WITH ready AS (
     SELECT id FROM step
-    WHERE status = 'pending' AND deps_left = 0 AND ready_at <= $3
+    WHERE ` + also + `status = 'pending' AND deps_left = 0 AND ready_at <= $3
       AND ($5::bigint = 0 OR coalesce(timeout_ms, NULLIF($4::bigint, 0), 0) <= $5)
     ORDER BY ready_at
     LIMIT $2
@@ -88,6 +92,13 @@ FROM ready, stage g, run r
 WHERE s.id = ready.id AND g.id = s.stage_id AND r.id = s.run_id
 RETURNING s.id, s.run_id, r.flow_name, g.name, s.name, s.sequence, s.instances, s.attempt, s.env,
     coalesce(s.timeout_ms, $4::bigint)`
+}
+
+var (
+	stepClaimSQL = stepClaim("")
+	// stepClaimReadySQL claims among the steps $6 only (transition.claimReady).
+	stepClaimReadySQL = stepClaim("id = ANY($6::text[]) AND ")
+)
 
 // StepClaimParams says what a worker can take.
 type StepClaimParams struct {
@@ -189,13 +200,15 @@ type ClaimedFlowCall struct {
 	Attempt        int
 }
 
-// flowCallClaimSQL claims the oldest pending call of up to $2 runs that are
-// ready for one. Locking the run rows (flow_ready is rechecked on the
-// latest row version) is what keeps two calls of one run from running at
-// once; the claim clears flow_ready and starts a pending run.
-const flowCallClaimSQL = `
+// flowCallClaim claims the oldest pending call of up to $2 runs that are
+// ready for one (and match also). Locking the run rows (flow_ready is
+// rechecked on the latest row version) is what keeps two calls of one run
+// from running at once; the claim clears flow_ready and starts a pending
+// run.
+func flowCallClaim(also string) string {
+	return `
 WITH r AS (
-    SELECT id FROM run WHERE flow_ready ORDER BY flow_ready_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED
+    SELECT id FROM run WHERE ` + also + `flow_ready ORDER BY flow_ready_at LIMIT $2 FOR NO KEY UPDATE SKIP LOCKED
 ), c AS (
     SELECT DISTINCT ON (f.run_id) f.id FROM flow_call f JOIN r ON r.id = f.run_id
     WHERE f.status = 'pending'
@@ -210,6 +223,14 @@ UPDATE flow_call f SET status = 'running', attempt = f.attempt + 1, worker_id = 
 FROM c, run
 WHERE f.id = c.id AND run.id = f.run_id
 RETURNING f.id, f.run_id, run.flow_name, coalesce(f.completed_stage, ''), coalesce(f.failed_stage, ''), f.attempt`
+}
+
+var (
+	flowCallClaimSQL = flowCallClaim("")
+	// flowCallClaimReadySQL claims among the runs $4 only
+	// (transition.claimFlows).
+	flowCallClaimReadySQL = flowCallClaim("id = ANY($4::text[]) AND ")
+)
 
 // FlowCallClaim claims up to limit pending flow calls, at most one per run.
 func (s *Store) FlowCallClaim(ctx context.Context, workerID string, limit int) ([]ClaimedFlowCall, error) {

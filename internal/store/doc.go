@@ -36,5 +36,8 @@
 // call sets it again if another is queued. A unique index makes two running
 // calls of one run impossible.
 //
-// Any transaction that makes work ready sends one NOTIFY on NotifyChannel.
+// A worker recording a batch of results also claims, in the same
+// transaction, the dependents the batch made ready, up to its free slots
+// (StepsClaim). Any transaction that makes work ready and leaves some of it
+// unclaimed sends one NOTIFY on NotifyChannel.
 package store

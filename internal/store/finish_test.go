@@ -76,7 +76,7 @@ func (f *fixture) finishConcurrently(claimed []store.ClaimedStep, most int, chec
 			}
 			for len(mine) > 0 {
 				k := min(len(mine), 2+rand.IntN(most-1))
-				applied, woke, err := f.s.StepsFinish(f.ctx, mine[:k])
+				applied, woke, err := f.finish(mine[:k])
 				if err == nil && check != nil {
 					err = check(applied, woke)
 				}
@@ -105,6 +105,12 @@ func (f *fixture) deadlocks() int64 {
 	return n
 }
 
+// finish records outcomes as a worker does, claiming nothing.
+func (f *fixture) finish(outcomes []store.StepFinishParams) (applied []bool, woke bool, err error) {
+	res, err := f.s.StepsFinish(f.ctx, outcomes, store.StepsClaim{})
+	return res.Applied, res.Woke, err
+}
+
 func completed(c store.ClaimedStep) store.StepFinishParams {
 	zero := 0
 	return store.StepFinishParams{StepID: c.ID, Attempt: c.Attempt, Completed: true, ExitCode: &zero, Retry: true}
@@ -120,13 +126,13 @@ func TestStepsFinishReleasesDependentsByInstance(t *testing.T) {
 	require.Len(t, claimed, 3, "b waits for every instance of a")
 
 	// Two of a's three instances in one batch: b still waits.
-	applied, woke, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(claimed[0]), completed(claimed[1])})
+	applied, woke, err := f.finish([]store.StepFinishParams{completed(claimed[0]), completed(claimed[1])})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true, true}, applied)
 	require.False(t, woke, "nothing became ready")
 	require.Empty(t, f.claim(10))
 
-	applied, woke, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(claimed[2])})
+	applied, woke, err = f.finish([]store.StepFinishParams{completed(claimed[2])})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, applied)
 	require.True(t, woke, "b became ready")
@@ -134,7 +140,7 @@ func TestStepsFinishReleasesDependentsByInstance(t *testing.T) {
 	require.Len(t, b, 1)
 	require.Equal(t, "b", b[0].Name)
 
-	_, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(b[0])})
+	_, _, err = f.finish([]store.StepFinishParams{completed(b[0])})
 	require.NoError(t, err)
 	run, stages, err := f.s.RunGet(f.ctx, runID)
 	require.NoError(t, err)
@@ -167,7 +173,7 @@ func TestStepsFinishMixedBatch(t *testing.T) {
 	one := 1
 	stale := completed(claimed["stale"])
 	stale.Attempt++ // a result of an attempt that is not the step's
-	applied, woke, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{
+	applied, woke, err := f.finish([]store.StepFinishParams{
 		completed(claimed["ok"]),
 		{StepID: claimed["flaky"].ID, Attempt: claimed["flaky"].Attempt, Error: json.RawMessage(`{"reason":"exit_code","exitCode":1}`), ExitCode: &one, Retry: true},
 		stale,
@@ -184,12 +190,12 @@ func TestStepsFinishMixedBatch(t *testing.T) {
 	require.Equal(t, core.StepPending, steps["after"][0].Status)
 
 	// The same result twice: the second is fenced off.
-	applied, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(claimed["ok"])})
+	applied, _, err = f.finish([]store.StepFinishParams{completed(claimed["ok"])})
 	require.NoError(t, err)
 	require.Equal(t, []bool{false}, applied)
 
 	// A final failure fails its dependents and the stage.
-	applied, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{
+	applied, _, err = f.finish([]store.StepFinishParams{
 		{StepID: claimed["stale"].ID, Attempt: claimed["stale"].Attempt, Error: json.RawMessage(`{"reason":"exit_code","exitCode":1}`), ExitCode: &one},
 	})
 	require.NoError(t, err)
@@ -202,9 +208,9 @@ func TestStepsFinishMixedBatch(t *testing.T) {
 func TestStepsFinishRejectsUnfencedOutcomes(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	_, _, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{{StepID: "not-an-id", Attempt: 1, Completed: true}})
+	_, _, err := f.finish([]store.StepFinishParams{{StepID: "not-an-id", Attempt: 1, Completed: true}})
 	require.ErrorIs(t, err, core.ErrInvalid)
-	_, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{{StepID: "0192f5c4-1d2e-7000-8000-000000000000", Completed: true}})
+	_, _, err = f.finish([]store.StepFinishParams{{StepID: "0192f5c4-1d2e-7000-8000-000000000000", Completed: true}})
 	require.ErrorIs(t, err, core.ErrInvalid, "a batch must be fenced by attempt")
 }
 
@@ -274,7 +280,7 @@ func TestClaimTakesBothKindsAndTheNextBackoff(t *testing.T) {
 
 	one := 1
 	before := time.Now().UnixMilli()
-	_, _, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{{StepID: got.Steps[0].ID, Attempt: got.Steps[0].Attempt,
+	_, _, err = f.finish([]store.StepFinishParams{{StepID: got.Steps[0].ID, Attempt: got.Steps[0].Attempt,
 		Error: json.RawMessage(`{"reason":"exit_code","exitCode":1}`), ExitCode: &one, Retry: true}})
 	require.NoError(t, err)
 	got, err = f.s.Claim(f.ctx, store.ClaimParams{Flows: 4, StepClaimParams: store.StepClaimParams{WorkerID: f.worker, Limit: 4}})
@@ -330,4 +336,162 @@ func TestStepsFinishBatchesEndingStagesOfManyRuns(t *testing.T) {
 		WHERE status = 'pending' AND coalesce(completed_stage, '') <> ''`).Scan(&calls))
 	require.Equal(t, runs*stages, calls, "one callback per completed stage")
 	require.Zero(t, f.deadlocks(), "batches deadlocked")
+}
+
+// The worker that records a batch claims, in the same transaction, the
+// dependents the batch made ready, as many as it has slots for; only what
+// it leaves is announced with a NOTIFY.
+func TestStepsFinishClaimsReadyDependents(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	listener, err := f.s.Pool().Acquire(f.ctx)
+	require.NoError(t, err)
+	defer listener.Release()
+	_, err = listener.Exec(f.ctx, "LISTEN "+store.NotifyChannel)
+	require.NoError(t, err)
+	notified := func() bool {
+		ctx, cancel := context.WithTimeout(f.ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := listener.Conn().WaitForNotification(ctx)
+		return err == nil
+	}
+	drain := func() { // what scheduling and claiming announced
+		for notified() {
+		}
+	}
+
+	runID := f.run(false,
+		store.StepSpec{Name: "a", Instances: 1},
+		store.StepSpec{Name: "b", Instances: 3, DependsOn: []string{"a"}})
+	a := f.claim(10)
+	require.Len(t, a, 1)
+	var asked []int
+	drain()
+	res, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(a[0])}, store.StepsClaim{
+		StepClaimParams: store.StepClaimParams{WorkerID: f.worker},
+		Slots:           func(n int) int { asked = append(asked, n); return 2 },
+	})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true}, res.Applied)
+	require.Equal(t, []int{3}, asked, "asked once, for the three instances of b")
+	require.Len(t, res.Claimed, 2, "as many as the worker had slots for")
+	require.True(t, res.Woke, "the third is left for anyone")
+	require.True(t, notified())
+
+	steps := f.steps(runID)
+	completedAt := *steps["a"][0].CompletedAt
+	running := 0
+	for _, st := range steps["b"] {
+		if st.Status == core.StepRunning {
+			running++
+			require.Equal(t, completedAt, *st.StartedAt, "claimed the moment a completed")
+			require.Equal(t, 1, st.Attempt)
+		}
+	}
+	require.Equal(t, 2, running)
+	for _, c := range res.Claimed {
+		require.Equal(t, "b", c.Name)
+		require.Equal(t, runID, c.RunID)
+		require.Equal(t, "only", c.Stage)
+	}
+	rest := f.claim(10)
+	require.Len(t, rest, 1, "the one left is claimable as usual")
+
+	// With slots for all of them, nothing is announced.
+	runID = f.run(false,
+		store.StepSpec{Name: "a", Instances: 1},
+		store.StepSpec{Name: "b", Instances: 2, DependsOn: []string{"a"}})
+	a = f.claim(10)
+	require.Len(t, a, 1)
+	drain()
+	res, err = f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(a[0])}, store.StepsClaim{
+		StepClaimParams: store.StepClaimParams{WorkerID: f.worker},
+		Slots:           func(n int) int { return n },
+	})
+	require.NoError(t, err)
+	require.Len(t, res.Claimed, 2)
+	require.False(t, res.Woke)
+	require.False(t, notified(), "no NOTIFY when the batch's worker took everything")
+	for _, st := range f.steps(runID)["b"] {
+		require.Equal(t, core.StepRunning, st.Status)
+	}
+}
+
+// A dependent whose stage fails in the same batch is cancelled, not claimed.
+func TestStepsFinishClaimsNothingOfAFailedStage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	runID := f.run(false,
+		store.StepSpec{Name: "a", Instances: 1},
+		store.StepSpec{Name: "x", Instances: 1},
+		store.StepSpec{Name: "b", Instances: 1, DependsOn: []string{"a"}})
+	claimed := map[string]store.ClaimedStep{}
+	for _, c := range f.claim(10) {
+		claimed[c.Name] = c
+	}
+	require.Len(t, claimed, 2)
+	one := 1
+	res, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{
+		completed(claimed["a"]),
+		{StepID: claimed["x"].ID, Attempt: claimed["x"].Attempt, Error: json.RawMessage(`{"reason":"exit_code","exitCode":1}`), ExitCode: &one},
+	}, store.StepsClaim{StepClaimParams: store.StepClaimParams{WorkerID: f.worker}, Slots: func(n int) int { return n }})
+	require.NoError(t, err)
+	require.Equal(t, []bool{true, true}, res.Applied)
+	require.Empty(t, res.Claimed)
+	require.Equal(t, core.StepCancelled, f.steps(runID)["b"][0].Status)
+}
+
+// A batch that completes a stage claims the run's next call of flow.sh for
+// the worker recording it, when it has a flow slot free; else it is left
+// for anyone, with a NOTIFY.
+func TestStepsFinishClaimsTheNextFlowCall(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	for _, slots := range []int{1, 0} {
+		run, _, err := f.s.RunCreate(f.ctx, store.RunCreateParams{FlowName: "flow"})
+		require.NoError(t, err)
+		calls, err := f.s.FlowCallClaim(f.ctx, f.worker, 10)
+		require.NoError(t, err)
+		require.Len(t, calls, 1)
+		_, _, _, err = f.s.StageSchedule(f.ctx, store.StageScheduleParams{RunID: run.ID, Stage: "first",
+			Steps: []store.StepSpec{{Name: "a", Instances: 2}}})
+		require.NoError(t, err)
+		applied, err := f.s.FlowCallFinish(f.ctx, store.FlowCallFinishParams{CallID: calls[0].ID, Attempt: calls[0].Attempt})
+		require.NoError(t, err)
+		require.True(t, applied)
+		a := f.claim(10)
+		require.Len(t, a, 2)
+
+		var asked []int
+		res, err := f.s.StepsFinish(f.ctx, []store.StepFinishParams{completed(a[0]), completed(a[1])}, store.StepsClaim{
+			StepClaimParams: store.StepClaimParams{WorkerID: f.worker},
+			FlowSlots:       func(n int) int { asked = append(asked, n); return min(n, slots) },
+		})
+		require.NoError(t, err)
+		require.Equal(t, []int{1}, asked)
+		if slots == 0 {
+			require.Empty(t, res.Calls)
+			require.True(t, res.Woke, "the call is announced")
+			left, err := f.s.FlowCallClaim(f.ctx, f.worker, 10)
+			require.NoError(t, err)
+			require.Len(t, left, 1, "and claimable as usual")
+			continue
+		}
+		require.Len(t, res.Calls, 1)
+		require.False(t, res.Woke, "nothing left to announce")
+		c := res.Calls[0]
+		require.Equal(t, run.ID, c.RunID)
+		require.Equal(t, "first", c.CompletedStage)
+		require.Equal(t, "flow", c.FlowName)
+		require.Equal(t, 1, c.Attempt)
+		more, err := f.s.FlowCallClaim(f.ctx, f.worker, 10)
+		require.NoError(t, err)
+		require.Empty(t, more, "one call of a run at a time")
+		applied, err = f.s.FlowCallFinish(f.ctx, store.FlowCallFinishParams{CallID: c.ID, Attempt: c.Attempt})
+		require.NoError(t, err)
+		require.True(t, applied)
+		got, _, err := f.s.RunGet(f.ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, core.RunCompleted, got.Status, "its flow scheduled nothing more")
+	}
 }

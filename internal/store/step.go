@@ -144,22 +144,51 @@ func (s *Store) StepFinish(ctx context.Context, p StepFinishParams) (st core.Ste
 	return st, applied, nil
 }
 
+// StepsClaim lets StepsFinish claim, for the worker recording the batch,
+// the dependents that the batch's completions make ready.
+type StepsClaim struct {
+	StepClaimParams // Limit is not used: Slots says how many
+	// Slots is asked, once the transaction knows that n dependents became
+	// ready, how many of them the worker can take now (it may reserve its
+	// slots for them, and must release what it reserved once StepsFinish
+	// returns: a transaction that is retried asks again). Nil takes none.
+	Slots func(n int) int
+	// FlowSlots does the same for the runs whose next call of flow.sh the
+	// batch made ready (a stage of theirs ended).
+	FlowSlots func(n int) int
+}
+
+// StepsFinished is what StepsFinish did.
+type StepsFinished struct {
+	// Applied[i] is false when outcome i was fenced off.
+	Applied []bool
+	// Claimed are the dependents claimed for the worker (see StepsClaim).
+	Claimed []ClaimedStep
+	// Calls are the calls of flow.sh claimed for the worker.
+	Calls []ClaimedFlowCall
+	// Woke reports that the batch made work ready that it did not claim,
+	// and sent a NOTIFY for it.
+	Woke bool
+}
+
 // StepsFinish records the outcomes of many step attempts, all fenced by
 // their attempt, in one transaction: a worker's completions are gathered
 // while the previous batch commits, so under load each stage row is
 // updated once per batch rather than once per step. Completions are
 // applied by one statement that also releases their dependents; other
-// outcomes go through the same transition as StepFinish. applied[i] is
-// false when outcome i was fenced off. woke reports that the batch made
-// work ready.
-func (s *Store) StepsFinish(ctx context.Context, outcomes []StepFinishParams) (applied []bool, woke bool, err error) {
+// outcomes go through the same transition as StepFinish. The dependents
+// that became ready are claimed for the worker in the same transaction,
+// as many as claim.Slots allows, and so are the calls of flow.sh of runs
+// whose stage ended, as many as claim.FlowSlots allows: they start with no
+// NOTIFY, wake-up or claim in between; only what is left is announced.
+func (s *Store) StepsFinish(ctx context.Context, outcomes []StepFinishParams, claim StepsClaim) (StepsFinished, error) {
 	var ids []string
 	var attempts []int32
 	var exits []*int32
 	at := map[string]int{} // step id → index of its completion in outcomes
 	for i, p := range outcomes {
 		if p.Attempt == 0 || !validID(p.StepID) {
-			return nil, false, fmt.Errorf("finish steps: outcome %d: %w: an attempt and a valid step id are required", i, core.ErrInvalid)
+			return StepsFinished{}, fmt.Errorf("finish steps: outcome %d: %w: an attempt and a valid step id are required", i, core.ErrInvalid)
 		}
 		if p.Completed && p.Output == nil {
 			at[p.StepID] = i
@@ -173,11 +202,12 @@ func (s *Store) StepsFinish(ctx context.Context, outcomes []StepFinishParams) (a
 			exits = append(exits, exit)
 		}
 	}
-	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		applied = make([]bool, len(outcomes))
+	var out StepsFinished
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		out = StepsFinished{Applied: make([]bool, len(outcomes))}
 		t := newTransition(ctx, tx, s.nowMillis())
 		if len(ids) > 0 {
-			if err := t.stepsCompleted(ids, attempts, exits, func(id string) { applied[at[id]] = true }); err != nil {
+			if err := t.stepsCompleted(ids, attempts, exits, func(id string) { out.Applied[at[id]] = true }); err != nil {
 				return err
 			}
 		}
@@ -186,18 +216,35 @@ func (s *Store) StepsFinish(ctx context.Context, outcomes []StepFinishParams) (a
 				continue
 			}
 			var err error
-			if applied[i], err = t.stepFinish(p); err != nil {
+			if out.Applied[i], err = t.stepFinish(p); err != nil {
 				return err
 			}
 		}
-		err := t.settle()
-		woke = t.woke
+		// Stages first: a stage that failed in this batch cancels its
+		// pending steps, and those are not to be claimed.
+		if err := t.settleStages(); err != nil {
+			return err
+		}
+		if len(t.ready) > 0 && claim.Slots != nil {
+			var err error
+			if out.Claimed, err = t.claimReady(claim.StepClaimParams, claim.Slots(len(t.ready))); err != nil {
+				return err
+			}
+		}
+		if len(t.flows) > 0 && claim.FlowSlots != nil {
+			var err error
+			if out.Calls, err = t.claimFlows(claim.WorkerID, claim.FlowSlots(len(t.flows))); err != nil {
+				return err
+			}
+		}
+		err := t.notify()
+		out.Woke = t.woke
 		return err
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("finish %d steps: %w", len(outcomes), err)
+		return StepsFinished{}, fmt.Errorf("finish %d steps: %w", len(outcomes), err)
 	}
-	return applied, woke, nil
+	return out, nil
 }
 
 // stepFinish applies one attempt's outcome within the transition; see

@@ -20,6 +20,8 @@ type transition struct {
 	now   int64
 	done  map[string]int // stage id → steps that reached a terminal state
 	ended []endedStage   // stages that ran out of steps, acted on by settle
+	ready []string       // steps stepsCompleted made ready, not yet notified
+	flows []string       // runs made ready for a flow call, not yet notified
 	wake  bool           // something became ready: NOTIFY at the end
 	woke  bool           // settle sent the NOTIFY
 }
@@ -56,24 +58,28 @@ func (t *transition) stepCompleted(runID, stageID, name string) error {
 // (exit codes alongside), releases their dependents and counts them off
 // their stages, all in one statement; attempts that are no longer running
 // are left alone. applied is called with the id of each step it completed.
-// Stages that ran out of steps are acted on by settle.
+// Stages that ran out of steps are acted on by settle; the dependents that
+// became ready are kept in t.ready, for the caller to claim (claimReady)
+// or to announce.
 //
 // Rows other transactions may also be writing — dependents and stages —
 // are locked in id order, so two workers' batches cannot deadlock.
 func (t *transition) stepsCompleted(ids []string, attempts []int32, exits []*int32, applied func(id string)) error {
-	rows, err := t.tx.Query(t.ctx, stepsCompletedSQL, ids, attempts, exits, t.now, NotifyChannel)
+	rows, err := t.tx.Query(t.ctx, stepsCompletedSQL, ids, attempts, exits, t.now)
 	if err != nil {
 		return fmt.Errorf("complete steps: %w", err)
 	}
 	var done []string
-	var woke bool
 	var ended []endedStage
 	var kind string
 	var e endedStage
-	_, err = pgx.ForEachRow(rows, []any{&kind, &e.id, &e.runID, &e.name, &e.status, &e.final, &e.completedNow, &woke}, func() error {
-		if kind == "step" {
+	_, err = pgx.ForEachRow(rows, []any{&kind, &e.id, &e.runID, &e.name, &e.status, &e.final, &e.completedNow}, func() error {
+		switch kind {
+		case "step":
 			done = append(done, e.id)
-		} else {
+		case "ready":
+			t.ready = append(t.ready, e.id)
+		default:
 			ended = append(ended, e)
 		}
 		return nil
@@ -84,7 +90,6 @@ func (t *transition) stepsCompleted(ids []string, attempts []int32, exits []*int
 	for _, id := range done {
 		applied(id)
 	}
-	t.woke = t.woke || woke
 	t.ended = append(t.ended, ended...)
 	return nil
 }
@@ -111,7 +116,7 @@ WITH done AS (
         ready_at = CASE WHEN d.deps_left = c.n THEN greatest(d.ready_at, $4) ELSE d.ready_at END
     FROM dependents c
     WHERE d.id = c.id AND d.status = 'pending'
-    RETURNING d.deps_left
+    RETURNING d.id, d.deps_left
 ), stages AS MATERIALIZED (
     SELECT g.id, n.n FROM stage g
     JOIN (SELECT stage_id, count(*) AS n FROM done GROUP BY stage_id) n ON n.stage_id = g.id
@@ -124,14 +129,12 @@ WITH done AS (
     FROM stages c
     WHERE g.id = c.id
     RETURNING g.id, g.run_id, g.name, g.status, g.final, g.steps_left, g.steps_left = 0 AND g.status = 'completed' AND g.completed_at = $4 AS completed_now
-), woke AS (
-    SELECT pg_notify($5, '') FROM (SELECT 1 FROM released WHERE deps_left = 0 LIMIT 1) x
 )
-SELECT 'step', id, '', '', '', false, false, false FROM done
+SELECT 'step', id, '', '', '', false, false FROM done
 UNION ALL
-SELECT 'stage', id, run_id, name, status, final, completed_now, false FROM counted WHERE steps_left = 0
+SELECT 'ready', id, '', '', '', false, false FROM released WHERE deps_left = 0
 UNION ALL
-SELECT 'woke', '', '', '', '', false, false, true FROM woke`
+SELECT 'stage', id, run_id, name, status, final, completed_now FROM counted WHERE steps_left = 0`
 
 // stepsFailed records that steps of run failed for good: their stages fail
 // and cancel their pending steps, and every pending step that depends on a
@@ -215,6 +218,14 @@ func (t *transition) failStages(ids []string) ([]string, error) {
 // hold the run the other waits for. It sends the NOTIFY if anything became
 // ready.
 func (t *transition) settle() error {
+	if err := t.settleStages(); err != nil {
+		return err
+	}
+	return t.notify()
+}
+
+// settleStages is settle without the NOTIFY.
+func (t *transition) settleStages() error {
 	for _, id := range keys(t.done) {
 		n := t.done[id]
 		e := endedStage{id: id}
@@ -246,11 +257,57 @@ func (t *transition) settle() error {
 		}
 	}
 	t.ended = nil
+	return nil
+}
+
+// notify sends the transaction's one NOTIFY if anything became ready that
+// no one has claimed yet.
+func (t *transition) notify() error {
+	if len(t.ready) > 0 || len(t.flows) > 0 {
+		t.ready, t.flows, t.wake = nil, nil, true
+	}
 	if t.wake {
 		t.wake, t.woke = false, true
 		return notify(t.ctx, t.tx)
 	}
 	return nil
+}
+
+// claimFlows claims, for workerID, the calls of flow.sh of up to limit of
+// the runs this transaction made ready for one (t.flows), as FlowCallClaim
+// would; the rest are left for notify to announce.
+func (t *transition) claimFlows(workerID string, limit int) ([]ClaimedFlowCall, error) {
+	return claimAmong(t, &t.flows, limit, "claim ready flow calls", scanClaimedFlowCall,
+		flowCallClaimReadySQL, workerID, limit, t.now, t.flows)
+}
+
+// claimReady claims, for the worker p names, up to limit of the steps that
+// this transaction made ready (t.ready), as StepClaim would; the rest are
+// left for notify to announce. The worker that completed a step thus starts
+// its dependents without a NOTIFY, a wake-up or a claim of its own.
+func (t *transition) claimReady(p StepClaimParams, limit int) ([]ClaimedStep, error) {
+	return claimAmong(t, &t.ready, limit, "claim ready dependents", scanClaimedStep,
+		stepClaimReadySQL, p.WorkerID, limit, t.now, p.DefaultTimeoutMs, max(p.MaxTimeoutMs, 0), t.ready)
+}
+
+// claimAmong runs a claim restricted to the ids in *among, and empties
+// *among when it took all of them, so that notify does not announce them.
+func claimAmong[T any](t *transition, among *[]string, limit int, what string, scan pgx.RowToFunc[T], sql string, args ...any) ([]T, error) {
+	if limit <= 0 || len(*among) == 0 {
+		return nil, nil
+	}
+	rows, err := t.tx.Query(t.ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	claimed, err := pgx.CollectRows(rows, scan)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(claimed) == len(*among) {
+		*among = nil
+	}
+	return claimed, nil
 }
 
 // endedStage is a stage that has no step left to run.
@@ -319,7 +376,7 @@ func (t *transition) flowCallQueue(runID, completedStage, failedStage string) er
 // flowReadyRefresh sets run.flow_ready from the run's flow calls: true when
 // one is pending and none is running. The caller holds the run's lock.
 func (t *transition) flowReadyRefresh(runID string) error {
-	tag, err := t.tx.Exec(t.ctx, `UPDATE run SET
+	rows, err := t.tx.Query(t.ctx, `UPDATE run SET
 		    flow_ready = r.ready,
 		    flow_ready_at = CASE WHEN r.ready THEN coalesce(run.flow_ready_at, $2) END
 		FROM (SELECT EXISTS (SELECT 1 FROM flow_call WHERE run_id = $1 AND status = 'pending')
@@ -329,8 +386,12 @@ func (t *transition) flowReadyRefresh(runID string) error {
 	if err != nil {
 		return fmt.Errorf("mark run ready for its flow: %w", err)
 	}
-	if tag.RowsAffected() > 0 {
-		t.wake = true
+	ready, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return fmt.Errorf("mark run ready for its flow: %w", err)
+	}
+	if len(ready) > 0 && ready[0] {
+		t.flows = append(t.flows, runID)
 	}
 	return nil
 }

@@ -15,12 +15,16 @@ import (
 // their output is in the log table, and records them all in one
 // transaction (store.StepsFinish). Under load a batch holds about as many
 // outcomes as finish during one commit; when idle it holds one, with no
-// added wait.
+// added wait. The same transaction claims the dependents the batch makes
+// ready, for the worker's free slots, and the finisher starts them: a
+// dependent starts the moment its dependency's result is committed.
 type finisher struct {
-	w     *Worker
-	mu    sync.Mutex
-	queue []outcome
-	kick  chan struct{}
+	w         *Worker
+	startStep func(store.ClaimedStep)     // runs a claimed step
+	startCall func(store.ClaimedFlowCall) // runs a claimed call of flow.sh
+	mu        sync.Mutex
+	queue     []outcome
+	kick      chan struct{}
 	// pending counts outcomes queued or being written.
 	pending atomic.Int64
 }
@@ -31,8 +35,8 @@ type outcome struct {
 	log *slog.Logger
 }
 
-func newFinisher(w *Worker) *finisher {
-	return &finisher{w: w, kick: make(chan struct{}, 1)}
+func newFinisher(w *Worker, startStep func(store.ClaimedStep), startCall func(store.ClaimedFlowCall)) *finisher {
+	return &finisher{w: w, startStep: startStep, startCall: startCall, kick: make(chan struct{}, 1)}
 }
 
 // add queues an outcome. The worker's WaitGroup counts it until recorded,
@@ -84,21 +88,21 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 	for i, o := range batch {
 		params[i] = o.p
 	}
-	applied, woke, err := w.store.StepsFinish(ctx, params)
+	applied, woke, err := f.finishAndClaim(ctx, params)
 	switch {
 	case err != nil && (len(batch) == 1 || !store.Rejected(err)):
 		w.record(ctx, batch[0].log, "record step results", func(ctx context.Context) (err error) {
-			applied, woke, err = w.store.StepsFinish(ctx, params)
+			applied, woke, err = f.finishAndClaim(ctx, params)
 			return err
 		})
 	case err != nil:
 		w.logger.Warn("record step results: batch refused; recording one at a time", "steps", len(batch), "err", err)
 		applied = make([]bool, len(batch))
 		for i, o := range batch {
-			w.record(ctx, o.log, "record step result", func(ctx context.Context) (err error) {
-				one, oneWoke, err := w.store.StepsFinish(ctx, params[i:i+1])
+			w.record(ctx, o.log, "record step result", func(ctx context.Context) error {
+				res, err := w.store.StepsFinish(ctx, params[i:i+1], store.StepsClaim{})
 				if err == nil {
-					applied[i], woke = one[0], woke || oneWoke
+					applied[i], woke = res.Applied[0], woke || res.Woke
 				}
 				return err
 			})
@@ -115,4 +119,45 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 		// whether it is done.)
 		w.poke()
 	}
+}
+
+// finishAndClaim records outcomes and starts the dependents and the calls
+// of flow.sh claimed with them, holding the slots they need only while the
+// transaction claims.
+func (f *finisher) finishAndClaim(ctx context.Context, params []store.StepFinishParams) (applied []bool, woke bool, err error) {
+	w := f.w
+	claim := store.StepsClaim{}
+	var steps, calls int // reserved
+	if p, ok := w.stepClaimParams(0); ok {
+		claim.StepClaimParams = p
+		claim.Slots = func(n int) int {
+			k, _ := w.reserve(n, 0)
+			steps += k
+			return k
+		}
+		if w.flowFits(p) {
+			claim.FlowSlots = func(n int) int {
+				_, k := w.reserve(0, n)
+				calls += k
+				return k
+			}
+		}
+	}
+	res, err := w.store.StepsFinish(ctx, params, claim)
+	// What was claimed takes its slots before the reservation goes, so
+	// fill never sees them free.
+	for _, c := range res.Calls {
+		f.startCall(c)
+	}
+	for _, c := range res.Claimed {
+		f.startStep(c)
+	}
+	w.unreserve(steps, calls)
+	if len(res.Claimed)+len(res.Calls) > 0 {
+		w.count(func(r *Report) {
+			r.StepsClaimed += len(res.Claimed)
+			r.FlowCallsClaimed += len(res.Calls)
+		})
+	}
+	return res.Applied, res.Woke, err
 }

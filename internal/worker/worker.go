@@ -86,8 +86,9 @@ type Worker struct {
 
 	mu       sync.Mutex
 	id       string
-	steps    map[string]*running // by step id
-	calls    map[string]*running // by flow call id
+	steps    map[string]*running        // by step id
+	calls    map[string]*running        // by flow call id
+	reserved struct{ steps, calls int } // slots the finisher holds for work it claims
 	wg       sync.WaitGroup
 	stopping bool
 	report   Report
@@ -202,7 +203,8 @@ func (w *Worker) run(ctx context.Context, deadline time.Time) (Report, error) {
 		defer stopAt.Stop()
 	}
 	w.logs = newLogBatcher(w.store, w.logger)
-	w.finish = newFinisher(w)
+	w.finish = newFinisher(w, func(c store.ClaimedStep) { w.startStep(scriptCtx, c) },
+		func(c store.ClaimedFlowCall) { w.startFlowCall(scriptCtx, c) })
 	defer w.scratchDirs.close()
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var bgWG sync.WaitGroup
@@ -287,25 +289,20 @@ func (w *Worker) count(f func(*Report)) {
 func (w *Worker) fill(ctx, scriptCtx context.Context) (time.Duration, int) {
 	sleep := w.cfg.PollInterval
 	w.mu.Lock()
-	freeFlows := w.cfg.MaxFlows - len(w.calls)
-	freeSteps := w.cfg.MaxSteps - len(w.steps)
+	freeFlows := w.cfg.MaxFlows - len(w.calls) - w.reserved.calls
+	freeSteps := w.cfg.MaxSteps - len(w.steps) - w.reserved.steps
 	w.mu.Unlock()
-	// A draining worker claims only what can end before its deadline.
-	var left time.Duration
-	if !w.deadline.IsZero() {
-		left = time.Until(w.deadline.Add(-drainMargin))
-		if left <= 0 {
-			return sleep, 0
-		}
-		if w.cfg.FlowTimeout > left {
-			freeFlows = 0
-		}
+	params, ok := w.stepClaimParams(freeSteps)
+	if !ok {
+		return sleep, 0
+	}
+	if !w.flowFits(params) {
+		freeFlows = 0
 	}
 	if freeFlows <= 0 && freeSteps <= 0 {
 		return sleep, 0
 	}
-	got, err := w.store.Claim(ctx, store.ClaimParams{Flows: max(freeFlows, 0), StepClaimParams: store.StepClaimParams{
-		WorkerID: w.id, Limit: max(freeSteps, 0), DefaultTimeoutMs: w.cfg.StepTimeout.Milliseconds(), MaxTimeoutMs: left.Milliseconds()}})
+	got, err := w.store.Claim(ctx, store.ClaimParams{Flows: max(freeFlows, 0), StepClaimParams: params})
 	if err != nil {
 		w.logClaimError(ctx, err)
 		return sleep, 0
@@ -315,10 +312,10 @@ func (w *Worker) fill(ctx, scriptCtx context.Context) (time.Duration, int) {
 		r.StepsClaimed += len(got.Steps)
 	})
 	for _, c := range got.Calls {
-		w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) { w.runFlowCall(ctx, c) })
+		w.startFlowCall(scriptCtx, c)
 	}
 	for _, s := range got.Steps {
-		w.start(scriptCtx, s.ID, w.steps, func(ctx context.Context) { w.runStep(ctx, s) })
+		w.startStep(scriptCtx, s)
 	}
 	if len(got.Steps) < freeSteps && got.NextReady > 0 {
 		// Nothing more is ready now; wake when a backoff ends.
@@ -328,6 +325,51 @@ func (w *Worker) fill(ctx, scriptCtx context.Context) (time.Duration, int) {
 	}
 	claimed := len(got.Calls) + len(got.Steps)
 	return sleep, claimed
+}
+
+// stepClaimParams says what this worker can take now, up to limit steps.
+// ok is false for a draining worker past its last moment to start work;
+// before it, MaxTimeoutMs is the time it has left.
+func (w *Worker) stepClaimParams(limit int) (p store.StepClaimParams, ok bool) {
+	p = store.StepClaimParams{WorkerID: w.id, Limit: max(limit, 0), DefaultTimeoutMs: w.cfg.StepTimeout.Milliseconds()}
+	if !w.deadline.IsZero() {
+		left := time.Until(w.deadline.Add(-drainMargin))
+		if left < time.Millisecond { // MaxTimeoutMs 0 would mean no bound
+			return p, false
+		}
+		p.MaxTimeoutMs = left.Milliseconds()
+	}
+	return p, true
+}
+
+// flowFits reports whether a call of flow.sh can end before a draining
+// worker's deadline (p from stepClaimParams).
+func (w *Worker) flowFits(p store.StepClaimParams) bool {
+	return p.MaxTimeoutMs == 0 || w.cfg.FlowTimeout.Milliseconds() <= p.MaxTimeoutMs
+}
+
+// reserve holds up to steps free step slots and up to calls free flow
+// call slots for the finisher, which claims dependents and flow calls as
+// it records results; fill leaves them alone until unreserve. A stopping
+// worker reserves none.
+func (w *Worker) reserve(steps, calls int) (int, int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return 0, 0
+	}
+	steps = min(steps, max(w.cfg.MaxSteps-len(w.steps)-w.reserved.steps, 0))
+	calls = min(calls, max(w.cfg.MaxFlows-len(w.calls)-w.reserved.calls, 0))
+	w.reserved.steps += steps
+	w.reserved.calls += calls
+	return steps, calls
+}
+
+func (w *Worker) unreserve(steps, calls int) {
+	w.mu.Lock()
+	w.reserved.steps -= steps
+	w.reserved.calls -= calls
+	w.mu.Unlock()
 }
 
 func (w *Worker) logClaimError(ctx context.Context, err error) {
@@ -353,6 +395,16 @@ func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*run
 		w.mu.Unlock()
 		w.poke()
 	}()
+}
+
+// startStep runs a claimed step attempt in a slot of its own.
+func (w *Worker) startStep(scriptCtx context.Context, c store.ClaimedStep) {
+	w.start(scriptCtx, c.ID, w.steps, func(ctx context.Context) { w.runStep(ctx, c) })
+}
+
+// startFlowCall runs a claimed call of flow.sh in a slot of its own.
+func (w *Worker) startFlowCall(scriptCtx context.Context, c store.ClaimedFlowCall) {
+	w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) { w.runFlowCall(ctx, c) })
 }
 
 // runStep runs one step attempt and records its outcome.
