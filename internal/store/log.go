@@ -11,11 +11,12 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/maxq-dev/maxq/internal/core"
 )
@@ -52,9 +53,12 @@ type LogBatch struct {
 	lines        []byte
 	count        int
 	messageBytes int
-	// For LogWrite: which sources are current, and the reader COPY takes
-	// the lines from, kept from batch to batch.
+	// For LogWrite, kept from batch to batch so that a write allocates
+	// next to nothing: which sources are current, the parameters of the
+	// query that says so, and the reader COPY takes the lines from.
 	current []bool
+	params  []byte
+	values  [3][]byte // slices of params
 	copy    logCopy
 }
 
@@ -83,7 +87,7 @@ func (b *LogBatch) Len() int { return b.count }
 func (b *LogBatch) Size() int { return b.messageBytes }
 
 // Capacity is the memory the batch's buffers hold.
-func (b *LogBatch) Capacity() int { return cap(b.lines) + cap(b.copy.head) }
+func (b *LogBatch) Capacity() int { return cap(b.lines) + cap(b.params) + cap(b.copy.head) }
 
 // AddSource adds what the lines of a stream share, and returns the index
 // to add them with.
@@ -122,45 +126,95 @@ const logCopySQL = `COPY log (run_id, step_id, flow_call_id, level, data, id, me
 // two, within a round trip, still gets in what it printed before, as with
 // any write that races the claim.) The batch is left as it was, for the
 // caller to retry or Reset.
+//
+// A worker whose script prints without pause writes a batch every few
+// milliseconds, so both statements go through pgconn, with parameters and
+// rows encoded in buffers the batch keeps: pgx's own encoding and row
+// reading would allocate a few kilobytes a write.
 func (s *Store) LogWrite(ctx context.Context, b *LogBatch) error {
 	if b.count == 0 {
 		return nil
 	}
-	err := s.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
-		if err := b.findCurrent(ctx, c.Conn()); err != nil {
-			return err
-		}
-		if !slices.Contains(b.current, true) {
-			return nil
-		}
-		b.copy.start(b)
-		_, err := c.Conn().PgConn().CopyFrom(ctx, &b.copy, logCopySQL)
-		return err
-	})
+	c, err := s.pool.Acquire(ctx)
 	if err != nil {
+		return fmt.Errorf("append log lines: %w", interpretError(err))
+	}
+	defer c.Release()
+	conn := c.Conn().PgConn()
+	if err := b.findCurrent(ctx, conn); err != nil {
+		return fmt.Errorf("append log lines: %w", interpretError(err))
+	}
+	if !slices.Contains(b.current, true) {
+		return nil
+	}
+	b.copy.start(b)
+	if _, err := conn.CopyFrom(ctx, &b.copy, logCopySQL); err != nil {
 		return fmt.Errorf("append log lines: %w", interpretError(err))
 	}
 	return nil
 }
 
-// findCurrent sets b.current.
-func (b *LogBatch) findCurrent(ctx context.Context, conn *pgx.Conn) error {
-	n := len(b.sources)
-	steps, calls, attempts := make([]string, n), make([]string, n), make([]int32, n)
+// binaryResult asks for a statement's one result column in binary.
+var binaryResult = []int16{1}
+
+// findCurrent sets b.current, running logCurrentSQL with its arrays in
+// text form.
+func (b *LogBatch) findCurrent(ctx context.Context, conn *pgconn.PgConn) error {
+	p := b.params[:0]
+	p = append(p, '{')
 	for i, src := range b.sources {
-		steps[i], calls[i], attempts[i] = src.StepID, src.FlowCallID, int32(src.Attempt)
+		p = appendArrayText(p, i, src.StepID)
 	}
-	b.current = append(b.current[:0], make([]bool, n)...)
-	rows, err := conn.Query(ctx, logCurrentSQL, steps, calls, attempts)
-	if err != nil {
-		return err
+	p = append(p, '}')
+	steps := len(p)
+	p = append(p, '{')
+	for i, src := range b.sources {
+		p = appendArrayText(p, i, src.FlowCallID)
 	}
-	var i int
-	_, err = pgx.ForEachRow(rows, []any{&i}, func() error {
-		b.current[i] = true
-		return nil
-	})
+	p = append(p, '}')
+	calls := len(p)
+	p = append(p, '{')
+	for i, src := range b.sources {
+		if i > 0 {
+			p = append(p, ',')
+		}
+		p = strconv.AppendInt(p, int64(src.Attempt), 10)
+	}
+	p = append(p, '}')
+	b.params = p
+	b.values = [3][]byte{p[:steps], p[steps:calls], p[calls:]}
+
+	n := len(b.sources)
+	b.current = slices.Grow(b.current[:0], n)[:n]
+	clear(b.current)
+	rr := conn.ExecParams(ctx, logCurrentSQL, b.values[:], nil, nil, binaryResult)
+	for rr.NextRow() {
+		v := rr.Values()
+		if len(v) != 1 || len(v[0]) != 8 {
+			continue // cannot be: one bigint
+		}
+		if i := binary.BigEndian.Uint64(v[0]); i < uint64(n) {
+			b.current[i] = true
+		}
+	}
+	_, err := rr.Close()
 	return err
+}
+
+// appendArrayText appends s as the i-th element of a text array in
+// PostgreSQL's text form, quoted.
+func appendArrayText(p []byte, i int, s string) []byte {
+	if i > 0 {
+		p = append(p, ',')
+	}
+	p = append(p, '"')
+	for j := 0; j < len(s); j++ {
+		if s[j] == '"' || s[j] == '\\' {
+			p = append(p, '\\')
+		}
+		p = append(p, s[j])
+	}
+	return append(p, '"')
 }
 
 // logCopy is a batch's lines as COPY's binary format, read a row at a

@@ -1,9 +1,11 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -132,4 +134,38 @@ func TestLogBatchAddDoesNotAllocate(t *testing.T) {
 	msg := []byte(strings.Repeat("x", 99))
 	allocs := testing.AllocsPerRun(50, func() { b.Add(src, msg, 1) })
 	require.Zero(t, allocs)
+}
+
+// fullBatch is a batch of lines lines of a step's stdout, 99 bytes each.
+func (f *fixture) fullBatch(lines int) (*store.LogBatch, string) {
+	runID := f.run(false, store.StepSpec{Name: "a", Instances: 1})
+	c := f.claim(1)[0]
+	b := store.NewLogBatch(lines, lines*99)
+	src := b.AddSource(store.LogSource{RunID: runID, StepID: c.ID, Attempt: c.Attempt, Level: "info",
+		Data: json.RawMessage(`{"stream":"stdout","attempt":1}`)})
+	msg := []byte(strings.Repeat("x", 99))
+	for range lines {
+		b.Add(src, msg, 1)
+	}
+	return b, runID
+}
+
+// Writing a batch allocates a few objects whatever the number of lines in
+// it, and grows none of the batch's buffers, so a worker's memory does not
+// grow with what its scripts print. (Not parallel: AllocsPerRun counts the
+// whole process's allocations.)
+func TestLogWriteAllocatesPerBatchNotPerLine(t *testing.T) {
+	f := newFixture(t)
+	b, runID := f.fullBatch(1000)
+	write := func() {
+		ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+		defer cancel()
+		require.NoError(t, f.s.LogWrite(ctx, b))
+	}
+	write() // the connection's first statements allocate once
+	capacity := b.Capacity()
+	allocs := testing.AllocsPerRun(10, write)
+	require.LessOrEqual(t, allocs, 35.0, "a write of %d lines", b.Len())
+	require.Equal(t, capacity, b.Capacity())
+	require.Len(t, f.logLines(runID), 12*b.Len()) // AllocsPerRun's warm-up, and the first write
 }
