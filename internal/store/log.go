@@ -128,9 +128,14 @@ const logCopySQL = `COPY log (run_id, step_id, flow_call_id, level, data, id, me
 // caller to retry or Reset.
 //
 // A worker whose script prints without pause writes a batch every few
-// milliseconds, so both statements go through pgconn, with parameters and
-// rows encoded in buffers the batch keeps: pgx's own encoding and row
-// reading would allocate a few kilobytes a write.
+// milliseconds, so a write allocates little: both statements go through
+// pgconn, with parameters and rows encoded in buffers the batch keeps,
+// where pgx's own encoding and row reading would allocate a few kilobytes;
+// and ctx's deadline is set on the connection for the two statements,
+// which is what pgconn does when a ctx it watches expires, without the
+// watch, which costs a few allocations a statement. So cancelling ctx
+// stops the wait for a connection, not a write under way; past the
+// deadline the connection breaks and the pool drops it.
 func (s *Store) LogWrite(ctx context.Context, b *LogBatch) error {
 	if b.count == 0 {
 		return nil
@@ -141,6 +146,11 @@ func (s *Store) LogWrite(ctx context.Context, b *LogBatch) error {
 	}
 	defer c.Release()
 	conn := c.Conn().PgConn()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.Conn().SetDeadline(deadline)
+		defer func() { _ = conn.Conn().SetDeadline(time.Time{}) }()
+	}
+	ctx = context.WithoutCancel(ctx)
 	if err := b.findCurrent(ctx, conn); err != nil {
 		return fmt.Errorf("append log lines: %w", interpretError(err))
 	}
