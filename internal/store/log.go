@@ -11,11 +11,12 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/maxq-dev/maxq/internal/core"
 )
@@ -52,11 +53,13 @@ type LogBatch struct {
 	lines        []byte
 	count        int
 	messageBytes int
-	// For LogWrite: which sources are current, random bits for the lines'
-	// IDs, and the COPY data.
+	// For LogWrite, kept from batch to batch so that a write allocates
+	// next to nothing: which sources are current, the parameters of the
+	// query that says so, and the reader COPY takes the lines from.
 	current []bool
-	random  []byte
-	copyBuf []byte
+	params  []byte
+	values  [3][]byte // slices of params
+	copy    logCopy
 }
 
 // NewLogBatch returns an empty batch with room for lines lines of size
@@ -84,7 +87,7 @@ func (b *LogBatch) Len() int { return b.count }
 func (b *LogBatch) Size() int { return b.messageBytes }
 
 // Capacity is the memory the batch's buffers hold.
-func (b *LogBatch) Capacity() int { return cap(b.lines) + cap(b.copyBuf) }
+func (b *LogBatch) Capacity() int { return cap(b.lines) + cap(b.params) + cap(b.copy.head) }
 
 // AddSource adds what the lines of a stream share, and returns the index
 // to add them with.
@@ -123,70 +126,152 @@ const logCopySQL = `COPY log (run_id, step_id, flow_call_id, level, data, id, me
 // two, within a round trip, still gets in what it printed before, as with
 // any write that races the claim.) The batch is left as it was, for the
 // caller to retry or Reset.
+//
+// A worker whose script prints without pause writes a batch every few
+// milliseconds, so a write allocates little: both statements go through
+// pgconn, with parameters and rows encoded in buffers the batch keeps,
+// where pgx's own encoding and row reading would allocate a few kilobytes;
+// and ctx's deadline is set on the connection for the two statements,
+// which is what pgconn does when a ctx it watches expires, without the
+// watch, which costs a few allocations a statement. So cancelling ctx
+// stops the wait for a connection, not a write under way; past the
+// deadline the connection breaks and the pool drops it.
 func (s *Store) LogWrite(ctx context.Context, b *LogBatch) error {
 	if b.count == 0 {
 		return nil
 	}
-	err := s.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
-		if err := b.findCurrent(ctx, c.Conn()); err != nil {
-			return err
-		}
-		if !slices.Contains(b.current, true) {
-			return nil
-		}
-		b.random = slices.Grow(b.random[:0], b.count*idRandomBytes)[:b.count*idRandomBytes]
-		_, _ = rand.Read(b.random)
-		_, err := c.Conn().PgConn().CopyFrom(ctx, &logCopy{b: b, idTime: time.Now().UnixMilli()}, logCopySQL)
-		return err
-	})
+	c, err := s.pool.Acquire(ctx)
 	if err != nil {
+		return fmt.Errorf("append log lines: %w", interpretError(err))
+	}
+	defer c.Release()
+	conn := c.Conn().PgConn()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.Conn().SetDeadline(deadline)
+		defer func() { _ = conn.Conn().SetDeadline(time.Time{}) }()
+	}
+	ctx = context.WithoutCancel(ctx)
+	if err := b.findCurrent(ctx, conn); err != nil {
+		return fmt.Errorf("append log lines: %w", interpretError(err))
+	}
+	if !slices.Contains(b.current, true) {
+		return nil
+	}
+	b.copy.start(b)
+	if _, err := conn.CopyFrom(ctx, &b.copy, logCopySQL); err != nil {
 		return fmt.Errorf("append log lines: %w", interpretError(err))
 	}
 	return nil
 }
 
-// findCurrent sets b.current.
-func (b *LogBatch) findCurrent(ctx context.Context, conn *pgx.Conn) error {
-	n := len(b.sources)
-	steps, calls, attempts := make([]string, n), make([]string, n), make([]int32, n)
+// binaryResult asks for a statement's one result column in binary.
+var binaryResult = []int16{1}
+
+// findCurrent sets b.current, running logCurrentSQL with its arrays in
+// text form.
+func (b *LogBatch) findCurrent(ctx context.Context, conn *pgconn.PgConn) error {
+	p := b.params[:0]
+	p = append(p, '{')
 	for i, src := range b.sources {
-		steps[i], calls[i], attempts[i] = src.StepID, src.FlowCallID, int32(src.Attempt)
+		p = appendArrayText(p, i, src.StepID)
 	}
-	b.current = append(b.current[:0], make([]bool, n)...)
-	rows, err := conn.Query(ctx, logCurrentSQL, steps, calls, attempts)
-	if err != nil {
-		return err
+	p = append(p, '}')
+	steps := len(p)
+	p = append(p, '{')
+	for i, src := range b.sources {
+		p = appendArrayText(p, i, src.FlowCallID)
 	}
-	var i int
-	_, err = pgx.ForEachRow(rows, []any{&i}, func() error {
-		b.current[i] = true
-		return nil
-	})
+	p = append(p, '}')
+	calls := len(p)
+	p = append(p, '{')
+	for i, src := range b.sources {
+		if i > 0 {
+			p = append(p, ',')
+		}
+		p = strconv.AppendInt(p, int64(src.Attempt), 10)
+	}
+	p = append(p, '}')
+	b.params = p
+	b.values = [3][]byte{p[:steps], p[steps:calls], p[calls:]}
+
+	n := len(b.sources)
+	b.current = slices.Grow(b.current[:0], n)[:n]
+	clear(b.current)
+	rr := conn.ExecParams(ctx, logCurrentSQL, b.values[:], nil, nil, binaryResult)
+	for rr.NextRow() {
+		v := rr.Values()
+		if len(v) != 1 || len(v[0]) != 8 {
+			continue // cannot be: one bigint
+		}
+		if i := binary.BigEndian.Uint64(v[0]); i < uint64(n) {
+			b.current[i] = true
+		}
+	}
+	_, err := rr.Close()
 	return err
 }
 
-// logCopy is a batch's lines as COPY's binary format.
+// appendArrayText appends s as the i-th element of a text array in
+// PostgreSQL's text form, quoted.
+func appendArrayText(p []byte, i int, s string) []byte {
+	if i > 0 {
+		p = append(p, ',')
+	}
+	p = append(p, '"')
+	for j := 0; j < len(s); j++ {
+		if s[j] == '"' || s[j] == '\\' {
+			p = append(p, '\\')
+		}
+		p = append(p, s[j])
+	}
+	return append(p, '"')
+}
+
+// logCopy is a batch's lines as COPY's binary format, read a row at a
+// time: the fields before a line's message are encoded into head, and the
+// message is read straight from the batch, so what a write holds besides
+// the batch is a row's fields, however long the lines.
 type logCopy struct {
-	b       *LogBatch
-	idTime  int64 // in the lines' IDs
-	started bool
-	off     int    // in b.lines: the next line
-	line    int    // its index
-	pending []byte // encoded, not yet read
-	done    bool
+	b      *LogBatch
+	idTime int64 // in the lines' IDs
+	off    int   // in b.lines: the next line
+	done   bool  // the trailer is pending, or read
+	// What is left to read of the current row: a slice of head, the
+	// message, a slice of tail.
+	pending [3][]byte
+	head    []byte
+	tail    [16]byte
+	// Random bits for the lines' IDs, read a chunk at a time.
+	random     [64 * idRandomBytes]byte
+	randomUsed int
 }
 
 // pgcopySignature starts COPY's binary format.
 const pgcopySignature = "PGCOPY\n\xff\r\n\x00"
 
+// start readies r to read b from the start.
+func (r *logCopy) start(b *LogBatch) {
+	be := binary.BigEndian
+	*r = logCopy{b: b, idTime: time.Now().UnixMilli(), head: r.head[:0], randomUsed: len(r.random)}
+	r.head = be.AppendUint32(be.AppendUint32(append(r.head, pgcopySignature...), 0), 0) // flags, extension
+	r.pending[0] = r.head
+}
+
 func (r *logCopy) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
-		if len(r.pending) == 0 && !r.encode() {
-			break
+		i := 0
+		for i < len(r.pending) && len(r.pending[i]) == 0 {
+			i++
 		}
-		c := copy(p[n:], r.pending)
-		r.pending = r.pending[c:]
+		if i == len(r.pending) {
+			if !r.next() {
+				break
+			}
+			continue
+		}
+		c := copy(p[n:], r.pending[i])
+		r.pending[i] = r.pending[i][c:]
 		n += c
 	}
 	if n == 0 {
@@ -195,52 +280,50 @@ func (r *logCopy) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// encode encodes the next lines, about copyChunk bytes of them, into
-// r.pending; it reports false when there is nothing left.
-func (r *logCopy) encode() bool {
-	const copyChunk = 16 << 10
-	if r.done {
-		return false
-	}
+// next makes the next row of a current source (or the trailer, after the
+// last) pending; it reports false when there is nothing left.
+func (r *logCopy) next() bool {
 	b, be := r.b, binary.BigEndian
-	buf := b.copyBuf[:0]
-	if !r.started {
-		r.started = true
-		buf = be.AppendUint32(be.AppendUint32(append(buf, pgcopySignature...), 0), 0) // flags, extension
-	}
-	for len(buf) < copyChunk && r.off < len(b.lines) {
+	for r.off < len(b.lines) {
 		line := b.lines[r.off:]
 		src := int(be.Uint32(line))
 		at := be.Uint64(line[4:])
 		size := int(be.Uint32(line[12:]))
 		message := line[lineHeader : lineHeader+size]
 		r.off += lineHeader + size
-		random := b.random[r.line*idRandomBytes:][:idRandomBytes]
-		r.line++
 		if !b.current[src] {
 			continue
 		}
-		s := &b.sources[src]
-		buf = be.AppendUint16(buf, 8) // fields
-		buf = appendField(buf, s.RunID)
-		buf = appendField(buf, s.StepID)
-		buf = appendField(buf, s.FlowCallID)
-		buf = appendField(buf, s.Level)
-		if s.Data == nil {
-			buf = be.AppendUint32(buf, math.MaxUint32) // -1: NULL
-		} else {
-			buf = append(be.AppendUint32(buf, uint32(len(s.Data)+1)), 1) // jsonb's version
-			buf = append(buf, s.Data...)
+		if r.randomUsed == len(r.random) {
+			_, _ = rand.Read(r.random[:])
+			r.randomUsed = 0
 		}
-		buf = appendLogID(be.AppendUint32(buf, 36), r.idTime, random)
-		buf = append(be.AppendUint32(buf, uint32(size)), message...)
-		buf = be.AppendUint64(be.AppendUint32(buf, 8), at)
+		random := r.random[r.randomUsed : r.randomUsed+idRandomBytes]
+		r.randomUsed += idRandomBytes
+		s := &b.sources[src]
+		h := be.AppendUint16(r.head[:0], 8) // fields
+		h = appendField(h, s.RunID)
+		h = appendField(h, s.StepID)
+		h = appendField(h, s.FlowCallID)
+		h = appendField(h, s.Level)
+		if s.Data == nil {
+			h = be.AppendUint32(h, math.MaxUint32) // -1: NULL
+		} else {
+			h = append(be.AppendUint32(h, uint32(len(s.Data)+1)), 1) // jsonb's version
+			h = append(h, s.Data...)
+		}
+		h = appendLogID(be.AppendUint32(h, 36), r.idTime, random)
+		h = be.AppendUint32(h, uint32(size))
+		r.head = h
+		tail := be.AppendUint64(be.AppendUint32(r.tail[:0], 8), at)
+		r.pending = [3][]byte{h, message, tail}
+		return true
 	}
-	if r.off >= len(b.lines) {
-		r.done = true
-		buf = be.AppendUint16(buf, math.MaxUint16) // -1: the end
+	if r.done {
+		return false
 	}
-	b.copyBuf, r.pending = buf, buf
+	r.done = true
+	r.pending = [3][]byte{be.AppendUint16(r.tail[:0], math.MaxUint16)} // -1: the end
 	return true
 }
 

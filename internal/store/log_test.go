@@ -1,12 +1,15 @@
 package store_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/maxq-dev/maxq/internal/store"
@@ -132,4 +135,72 @@ func TestLogBatchAddDoesNotAllocate(t *testing.T) {
 	msg := []byte(strings.Repeat("x", 99))
 	allocs := testing.AllocsPerRun(50, func() { b.Add(src, msg, 1) })
 	require.Zero(t, allocs)
+}
+
+// fullBatch is a batch of lines lines of a step's stdout, 99 bytes each.
+func (f *fixture) fullBatch(lines int) (*store.LogBatch, string) {
+	runID := f.run(false, store.StepSpec{Name: "a", Instances: 1})
+	c := f.claim(1)[0]
+	b := store.NewLogBatch(lines, lines*99)
+	src := b.AddSource(store.LogSource{RunID: runID, StepID: c.ID, Attempt: c.Attempt, Level: "info",
+		Data: json.RawMessage(`{"stream":"stdout","attempt":1}`)})
+	msg := []byte(strings.Repeat("x", 99))
+	for range lines {
+		b.Add(src, msg, 1)
+	}
+	return b, runID
+}
+
+// Writing a batch allocates a few objects whatever the number of lines in
+// it, and grows none of the batch's buffers, so a worker's memory does not
+// grow with what its scripts print. (Not parallel: AllocsPerRun counts the
+// whole process's allocations.)
+func TestLogWriteAllocatesPerBatchNotPerLine(t *testing.T) {
+	f := newFixture(t)
+	b, runID := f.fullBatch(1000)
+	write := func() {
+		ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+		defer cancel()
+		require.NoError(t, f.s.LogWrite(ctx, b))
+	}
+	write() // the connection's first statements allocate once
+	capacity := b.Capacity()
+	allocs := testing.AllocsPerRun(10, write)
+	require.LessOrEqual(t, allocs, 25.0, "a write of %d lines", b.Len())
+	require.Equal(t, capacity, b.Capacity())
+	require.Len(t, f.logLines(runID), 12*b.Len()) // AllocsPerRun's warm-up, and the first write
+}
+
+// ctx's deadline bounds a write, and only that write: one the server
+// holds up fails at the deadline, and one that finishes leaves its
+// connection in the pool without the deadline.
+func TestLogWriteDeadline(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	b, runID := f.fullBatch(10)
+	cfg := f.s.Pool().Config()
+	cfg.MaxConns = 1 // every statement on the connection the write used
+	pool, err := pgxpool.NewWithConfig(f.ctx, cfg)
+	require.NoError(t, err)
+	defer pool.Close()
+	s := store.New(pool)
+
+	ctx, cancel := context.WithTimeout(f.ctx, 3*time.Second)
+	defer cancel()
+	require.NoError(t, s.LogWrite(ctx, b))
+	deadline, _ := ctx.Deadline()
+	_, err = pool.Exec(f.ctx, `SELECT pg_sleep($1)`, (time.Until(deadline) + 200*time.Millisecond).Seconds())
+	require.NoError(t, err, "a statement past the write's deadline")
+	require.Len(t, f.logLines(runID), b.Len())
+
+	tx, err := f.s.Pool().Begin(f.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(f.ctx) }()
+	_, err = tx.Exec(f.ctx, `LOCK TABLE log IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	ctx, cancel = context.WithTimeout(f.ctx, 200*time.Millisecond)
+	defer cancel()
+	require.Error(t, s.LogWrite(ctx, b))
+	require.NoError(t, tx.Rollback(f.ctx))
+	require.NoError(t, s.LogWrite(f.ctx, b), "on a new connection")
 }

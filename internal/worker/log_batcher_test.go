@@ -137,3 +137,27 @@ func TestLogBatcherBoundsWrites(t *testing.T) {
 	}
 	require.Greater(t, len(w.perWrite), lines/batchSize, "the lines took several writes")
 }
+
+// Passing a line on to the batcher allocates nothing, its share of the
+// writes included, so a worker's memory does not grow with what its
+// scripts print. (Not parallel: AllocsPerRun counts the whole process's
+// allocations.)
+func TestLogBatcherAllocatesNothingPerLine(t *testing.T) {
+	f := newBatcherFixture(t)
+	defer f.b.close()
+	out := f.b.sinkBytes(f.step.RunID, f.step.ID, "", f.step.Attempt)
+	outLine := f.b.sink(f.step.RunID, f.step.ID, "", f.step.Attempt)
+	text := strings.Repeat("x", 99)
+	msg := []byte(text)
+	at := time.Now()
+	out(script.Stdout, msg, at) // the first write sets up its connection
+	f.b.sync()
+
+	const lines = 20_000
+	allocs := testing.AllocsPerRun(lines, func() { out(script.Stdout, msg, at) })
+	require.Zero(t, allocs, "allocations per line through OutputBytes")
+	allocs = testing.AllocsPerRun(lines, func() { outLine(script.Line{Stream: script.Stderr, Text: text, At: at}) })
+	require.Zero(t, allocs, "allocations per line through Output")
+	f.b.sync()
+	require.Len(t, f.written(t).lines, 1+2*(lines+1)) // AllocsPerRun runs once more to warm up
+}
