@@ -64,8 +64,11 @@ func newLogBatcher(s *store.Store, logger *slog.Logger) *logBatcher {
 	return b
 }
 
-// sink returns the Output function for one script attempt. (sinkBytes
-// saves the string script makes of each line.)
+// sink returns the Output function for one script attempt. Prefer
+// sinkBytes, as Spec.OutputBytes: for Output, script makes a string of
+// every line up to the cap (10 MiB by default), garbage that lifts the
+// heap to the collector's 4 MB floor, where the batcher itself allocates
+// a few dozen objects per batch of hundreds of lines.
 func (b *logBatcher) sink(runID, stepID, callID string, attempt int) func(script.Line) {
 	out := b.sinkBytes(runID, stepID, callID, attempt)
 	return func(l script.Line) {

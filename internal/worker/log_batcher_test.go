@@ -26,7 +26,7 @@ type batcherFixture struct {
 	step store.ClaimedStep
 }
 
-func newBatcherFixture(t *testing.T) *batcherFixture {
+func newBatcherFixture(t testing.TB) *batcherFixture {
 	ctx := context.Background()
 	st := store.New(pgtest.Pool(t))
 	worker, err := st.WorkerRegister(ctx, "test")
@@ -160,4 +160,23 @@ func TestLogBatcherAllocatesNothingPerLine(t *testing.T) {
 	require.Zero(t, allocs, "allocations per line through Output")
 	f.b.sync()
 	require.Len(t, f.written(t).lines, 1+2*(lines+1)) // AllocsPerRun runs once more to warm up
+}
+
+// BenchmarkLogBatcher passes 100-byte lines through the batcher to the log
+// table: its throughput, and what it allocates (the writes' share).
+func BenchmarkLogBatcher(b *testing.B) {
+	f := newBatcherFixture(b)
+	defer f.b.close()
+	out := f.b.sinkBytes(f.step.RunID, f.step.ID, "", f.step.Attempt)
+	msg := []byte(strings.Repeat("x", 99))
+	at := time.Now()
+	const lines = 10_000
+	b.SetBytes(lines * (int64(len(msg)) + 1))
+	b.ReportAllocs()
+	for b.Loop() {
+		for range lines {
+			out(script.Stdout, msg, at)
+		}
+		f.b.sync()
+	}
 }
