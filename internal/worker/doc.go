@@ -22,7 +22,7 @@
 // the worker's free slots, so they start with no wake-up or claim of their
 // own (the slots are reserved while it does, so the claim loop cannot fill
 // them twice). A running step is an entry in the worker's map, with the function that
-// stops it, and a few hundred bytes. Results carry the attempt number as a
+// stops it, and about a kilobyte of heap. Results carry the attempt number as a
 // fencing token, so a result that comes after the work was cancelled or
 // handed to another worker changes nothing.
 //
