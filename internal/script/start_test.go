@@ -38,14 +38,18 @@ func startRecorded(ctx context.Context, s Spec, pollExit bool) (<-chan Result, *
 	return ended, rec
 }
 
+// waitModes are the two ways a script is waited for: by the reactor, and
+// as where the kernel has no pidfds.
+var waitModes = []struct {
+	name     string
+	pollExit bool
+}{{"Reactor", true}, {"BlockingWait", false}}
+
 // Start behaves as Run, with the reactor and without it.
 func TestStart(t *testing.T) {
 	t.Parallel()
 
-	for _, tt := range []struct {
-		name     string
-		pollExit bool
-	}{{"Reactor", true}, {"BlockingWait", false}} {
+	for _, tt := range waitModes {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
@@ -169,10 +173,7 @@ func TestStartGrandchildPrintingAfterExit(t *testing.T) {
 func TestStartBlockedOutputHoldsUpNoOther(t *testing.T) {
 	t.Parallel()
 
-	for _, tt := range []struct {
-		name     string
-		pollExit bool
-	}{{"Reactor", true}, {"BlockingWait", false}} {
+	for _, tt := range waitModes {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			release := make(chan struct{})
