@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -134,6 +135,7 @@ type Step struct {
 	Status      string            `json:"status"`
 	Stage       string            `json:"stage"`
 	RetryCount  int               `json:"retryCount"`
+	Attempt     int               `json:"attempt"`
 	Error       json.RawMessage   `json:"error"`
 	Output      json.RawMessage   `json:"output"`
 	Env         map[string]string `json:"env"`
@@ -162,7 +164,11 @@ func (s *stack) wait(runID string, timeout time.Duration) Run {
 			return run
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("run %s still %s after %s; stages %+v", runID, run.Status, timeout, run.Stages)
+			var steps []string
+			for _, st := range s.steps(runID) {
+				steps = append(steps, fmt.Sprintf("%s[%d] %s attempt %d started %v", st.Name, st.Sequence, st.Status, st.Attempt, st.StartedAt != nil))
+			}
+			s.t.Fatalf("run %s still %s after %s; stages %+v; steps %v", runID, run.Status, timeout, run.Stages, steps)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
