@@ -9,12 +9,12 @@
 // transaction (store.FlowCallFinish); a step's queues its result and frees
 // its slot, and one goroutine records the queued results in batches, one
 // transaction per batch (store.StepsFinish), which also claims the
-// dependents the batch made ready for the worker's free slots, so they
-// start with no wake-up or claim of their own (the slots are reserved
-// while it does, so the claim loop cannot fill them twice). Results carry
-// the attempt
-// number as a fencing token, so a result that comes after the work was
-// cancelled or handed to another worker changes nothing.
+// dependents the batch made ready and the next flow.sh calls of runs whose
+// stage ended, for the worker's free slots, so they start with no wake-up
+// or claim of their own (the slots are reserved while it does, so the
+// claim loop cannot fill them twice). Results carry the attempt number as
+// a fencing token, so a result that comes after the work was cancelled or
+// handed to another worker changes nothing.
 //
 // A heartbeat renews the worker's row every HeartbeatInterval and, in the
 // same statement, learns which of its scripts are no longer its own

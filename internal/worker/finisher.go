@@ -16,8 +16,9 @@ import (
 // transaction (store.StepsFinish). Under load a batch holds about as many
 // outcomes as finish during one commit; when idle it holds one, with no
 // added wait. The same transaction claims the dependents the batch makes
-// ready, for the worker's free slots, and the finisher starts them: a
-// dependent starts the moment its dependency's result is committed.
+// ready and the next flow.sh calls of runs whose stage ended, for the
+// worker's free slots, and the finisher starts them: a dependent starts the
+// moment its dependency's result is committed.
 type finisher struct {
 	w         *Worker
 	startStep func(store.ClaimedStep)     // runs a claimed step
