@@ -477,6 +477,42 @@ curl -fsS -X POST -H "Authorization: Bearer $MAXQ_TOKEN" "$MAXQ_API/runs/$MAXQ_R
 		require.Equal(t, core.RunRunning, b.run(id).Status)
 	})
 
+	// When a dependency's result is recorded, the same transaction claims
+	// its dependents — but a draining worker only those whose timeout fits
+	// before its deadline, as its claim loop would.
+	t.Run("DependentsClaimedWithResultOnlyIfTheyFit", func(t *testing.T) {
+		t.Parallel()
+		root := t.TempDir()
+		writeScript(t, root, "fan/flow.sh", `#!/bin/sh
+set -eu
+[ -z "${MAXQ_COMPLETED_STAGE:-}${MAXQ_FAILED_STAGE:-}" ] || exit 0
+curl -fsS -X POST -H "Authorization: Bearer $MAXQ_TOKEN" "$MAXQ_API/runs/$MAXQ_RUN_ID/steps" --data '{"stage":"only","final":true,"steps":[
+  {"name":"a","instances":1,"maxRetries":0,"env":{"MAXQ_STEP_TIMEOUT":"5"}},
+  {"name":"b","instances":1,"maxRetries":0,"dependsOn":["a"],"env":{"MAXQ_STEP_TIMEOUT":"5"}},
+  {"name":"long","instances":1,"maxRetries":0,"dependsOn":["a"],"env":{"MAXQ_STEP_TIMEOUT":"600"}}]}' >/dev/null
+`)
+		for _, name := range []string{"a", "b", "long"} {
+			writeScript(t, root, "fan/steps/"+name+"/step.sh", "#!/bin/sh\nexit 0\n")
+		}
+		b := newWorkerBundle(t, root)
+		id := b.trigger("fan")
+
+		res := b.invoke(20 * time.Second)
+		require.Equal(t, 2, res["stepsClaimed"], "result: %v", res)
+		require.Equal(t, 2, res["stepsCompleted"], "result: %v", res)
+		steps := b.steps(id)
+		a, dep := steps["a"], steps["b"]
+		require.Equal(t, core.StepCompleted, a.Status)
+		require.Equal(t, core.StepCompleted, dep.Status)
+		require.NotNil(t, a.CompletedAt)
+		require.NotNil(t, dep.StartedAt)
+		require.Equal(t, *a.CompletedAt, *dep.StartedAt, "b claimed as a's result was recorded")
+		long := steps["long"]
+		require.Equal(t, core.StepPending, long.Status, "600 s cannot fit in the invocation")
+		require.Zero(t, long.Attempt)
+		require.Equal(t, core.RunRunning, b.run(id).Status)
+	})
+
 	t.Run("ReaperWarmsUpAcrossInvocations", func(t *testing.T) {
 		t.Parallel()
 		root := t.TempDir()
