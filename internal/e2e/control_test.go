@@ -109,7 +109,16 @@ sleep 60 &
 sleep 60
 `})
 	writeExe(t, filepath.Join(root, "quick", "flow.sh"), "exit 0\n")
+	// Another run's step runs on the same worker throughout: the cancel
+	// stops the cancelled run's scripts only.
+	writeExe(t, filepath.Join(root, "other", "flow.sh"), `[ -n "$MAXQ_COMPLETED_STAGE$MAXQ_FAILED_STAGE" ] || `+
+		scheduleSh("busy", true, `[{"name":"busy","instances":1,"maxRetries":0}]`))
+	writeExe(t, filepath.Join(root, "other", "steps", "busy", "step.sh"), rec.sh("start")+
+		`while [ ! -f `+rec.dir+`/release ]; do sleep 0.05; done
+`)
 	s := newStack(t, root, options{})
+	other := s.trigger("other", nil)
+	require.Eventually(t, func() bool { return startCount(rec, "busy") == 1 }, 20*time.Second, 20*time.Millisecond)
 	id := s.trigger("stoppable", nil)
 
 	pgids := map[int]int{} // sequence → process group
@@ -170,6 +179,9 @@ sleep 60
 		require.Equal(t, "cancelled", stepErr["reason"], "sleeper[%d]: %s", st.Sequence, st.Error)
 	}
 	require.Equal(t, 1, flowCalls(rec), "flow.sh is not called back after a cancel")
+	require.Equal(t, "running", s.steps(other)[0].Status, "the other run's step goes on")
+	require.NoError(t, os.WriteFile(filepath.Join(rec.dir, "release"), nil, 0o644))
+	require.Equal(t, "completed", s.wait(other, 30*time.Second).Status)
 
 	t.Run("Idempotent", func(t *testing.T) {
 		var again Run
@@ -291,6 +303,8 @@ esac
 		}
 		require.Eventually(t, holding(busy), 20*time.Second, 20*time.Millisecond)
 		require.Eventually(t, holding(stopped), 20*time.Second, 20*time.Millisecond)
+		// A step is running from its claim; its script starts a moment later.
+		require.Eventually(t, func() bool { return startCount(rec, "hold") == 2 }, 20*time.Second, 20*time.Millisecond)
 		before := s.steps(busy)
 
 		var r Run

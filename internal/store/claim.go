@@ -25,15 +25,17 @@ func (s *Store) WorkerRegister(ctx context.Context, host string) (string, error)
 // WorkerHeartbeat renews a worker's lease on everything it runs — one
 // statement however many scripts that is — and reports which of the steps
 // and flow calls it believes it runs are no longer its own (cancelled, or
-// taken over), so it can stop them.
+// taken over), so it can stop them. A step its script already ended
+// through the API (PATCH /steps/{id}) is still the worker's: the script
+// may go on to its end.
 func (s *Store) WorkerHeartbeat(ctx context.Context, workerID string, steps, calls []string) (lostSteps, lostCalls []string, err error) {
 	rows, err := s.pool.Query(ctx, `
 		WITH hb AS (UPDATE worker SET heartbeat_at = $2 WHERE id = $1)
-		SELECT 's', id FROM unnest($3::text[]) AS id
-		WHERE NOT EXISTS (SELECT 1 FROM step WHERE step.id = id AND status = 'running' AND worker_id = $1)
+		SELECT 's', mine.id FROM unnest($3::text[]) AS mine(id)
+		WHERE NOT EXISTS (SELECT 1 FROM step s WHERE s.id = mine.id AND s.status IN ('running', 'completed', 'failed') AND s.worker_id = $1)
 		UNION ALL
-		SELECT 'c', id FROM unnest($4::text[]) AS id
-		WHERE NOT EXISTS (SELECT 1 FROM flow_call f WHERE f.id = id AND status = 'running' AND worker_id = $1)`,
+		SELECT 'c', mine.id FROM unnest($4::text[]) AS mine(id)
+		WHERE NOT EXISTS (SELECT 1 FROM flow_call f WHERE f.id = mine.id AND f.status = 'running' AND f.worker_id = $1)`,
 		workerID, s.nowMillis(), steps, calls)
 	if err != nil {
 		return nil, nil, fmt.Errorf("heartbeat: %w", interpretError(err))

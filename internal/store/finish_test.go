@@ -495,3 +495,60 @@ func TestStepsFinishClaimsTheNextFlowCall(t *testing.T) {
 		require.Equal(t, core.RunCompleted, got.Status, "its flow scheduled nothing more")
 	}
 }
+
+// The heartbeat tells a worker to stop the scripts of steps it no longer
+// owns: cancelled, or handed to another attempt. A step whose script ended
+// it through the API is still its own, for the script may go on to its end.
+func TestWorkerHeartbeatReportsOnlyStepsNoLongerOwned(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	kept := f.run(true, store.StepSpec{Name: "done", Instances: 1}, store.StepSpec{Name: "gaveUp", Instances: 1},
+		store.StepSpec{Name: "busy", Instances: 1}, store.StepSpec{Name: "released", Instances: 1})
+	cancelled := f.run(true, store.StepSpec{Name: "stopped", Instances: 1})
+	claimed := f.claim(10)
+	require.Len(t, claimed, 5)
+	byName := map[string]store.ClaimedStep{}
+	ids := []string{}
+	for _, c := range claimed {
+		byName[c.Name] = c
+		ids = append(ids, c.ID)
+	}
+	// Ended through the API by the attempt's own script.
+	_, applied, err := f.s.StepFinish(f.ctx, store.StepFinishParams{StepID: byName["done"].ID, Attempt: byName["done"].Attempt, Completed: true})
+	require.NoError(t, err)
+	require.True(t, applied)
+	_, applied, err = f.s.StepFinish(f.ctx, store.StepFinishParams{StepID: byName["gaveUp"].ID, Attempt: byName["gaveUp"].Attempt,
+		Error: json.RawMessage(`{"reason":"given up"}`)})
+	require.NoError(t, err)
+	require.True(t, applied)
+	calls, err := f.s.FlowCallClaim(f.ctx, f.worker, 10)
+	require.NoError(t, err)
+	require.Len(t, calls, 2)
+	callIDs, cancelledCall := []string{}, ""
+	for _, c := range calls {
+		callIDs = append(callIDs, c.ID)
+		if c.RunID == cancelled {
+			cancelledCall = c.ID
+		}
+	}
+	// Handed back, then the run of another is cancelled.
+	released, err := f.s.StepRelease(f.ctx, byName["released"].ID, byName["released"].Attempt)
+	require.NoError(t, err)
+	require.True(t, released)
+	_, err = f.s.RunCancel(f.ctx, cancelled)
+	require.NoError(t, err)
+
+	lost, lostCalls, err := f.s.WorkerHeartbeat(f.ctx, f.worker, ids, callIDs)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{byName["released"].ID, byName["stopped"].ID}, lost)
+	require.Equal(t, []string{cancelledCall}, lostCalls)
+
+	// Another worker's heartbeat owns none of them.
+	other, err := f.s.WorkerRegister(f.ctx, "other")
+	require.NoError(t, err)
+	lost, lostCalls, err = f.s.WorkerHeartbeat(f.ctx, other, ids, callIDs)
+	require.NoError(t, err)
+	require.ElementsMatch(t, ids, lost)
+	require.ElementsMatch(t, callIDs, lostCalls)
+	require.Equal(t, core.StepRunning, f.steps(kept)["busy"][0].Status)
+}
