@@ -11,8 +11,8 @@
 // transaction per batch (store.StepsFinish), which also claims the
 // dependents the batch made ready and the next flow.sh calls of runs whose
 // stage ended, for the worker's free slots, so they start with no wake-up
-// or claim of their own (the slots are reserved while it does, so the
-// claim loop cannot fill them twice). Results carry the attempt number as
+// or claim of their own. Every claim, the loop's or the batch's, reserves
+// the slots it may fill while it runs, so two claims never fill one slot. Results carry the attempt number as
 // a fencing token, so a result that comes after the work was cancelled or
 // handed to another worker changes nothing.
 //

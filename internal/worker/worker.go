@@ -88,7 +88,7 @@ type Worker struct {
 	id       string
 	steps    map[string]*running        // by step id
 	calls    map[string]*running        // by flow call id
-	reserved struct{ steps, calls int } // slots the finisher holds for work it claims
+	reserved struct{ steps, calls int } // slots held for claims in flight (reserve)
 	wg       sync.WaitGroup
 	stopping bool
 	report   Report
@@ -286,23 +286,25 @@ func (w *Worker) count(f func(*Report)) {
 
 // fill claims work for every free slot and starts it. It returns how long
 // to sleep before looking again, unless woken, and how much it claimed.
+// The free slots are reserved while the claim runs, as the finisher's are,
+// so that the two never claim into the same slot.
 func (w *Worker) fill(ctx, scriptCtx context.Context) (time.Duration, int) {
 	sleep := w.cfg.PollInterval
-	w.mu.Lock()
-	freeFlows := w.cfg.MaxFlows - len(w.calls) - w.reserved.calls
-	freeSteps := w.cfg.MaxSteps - len(w.steps) - w.reserved.steps
-	w.mu.Unlock()
-	params, ok := w.stepClaimParams(freeSteps)
+	params, ok := w.stepClaimParams(0)
 	if !ok {
 		return sleep, 0
 	}
+	flows := w.cfg.MaxFlows
 	if !w.flowFits(params) {
-		freeFlows = 0
+		flows = 0
 	}
-	if freeFlows <= 0 && freeSteps <= 0 {
+	freeSteps, freeFlows := w.reserve(w.cfg.MaxSteps, flows)
+	defer w.unreserve(freeSteps, freeFlows)
+	if freeFlows == 0 && freeSteps == 0 {
 		return sleep, 0
 	}
-	got, err := w.store.Claim(ctx, store.ClaimParams{Flows: max(freeFlows, 0), StepClaimParams: params})
+	params.Limit = freeSteps
+	got, err := w.store.Claim(ctx, store.ClaimParams{Flows: freeFlows, StepClaimParams: params})
 	if err != nil {
 		w.logClaimError(ctx, err)
 		return sleep, 0
@@ -349,9 +351,10 @@ func (w *Worker) flowFits(p store.StepClaimParams) bool {
 }
 
 // reserve holds up to steps free step slots and up to calls free flow
-// call slots for the finisher, which claims dependents and flow calls as
-// it records results; fill leaves them alone until unreserve. A stopping
-// worker reserves none.
+// call slots for a claim: fill's, or the finisher's, which claims
+// dependents and flow calls as it records results. Neither claims into
+// slots the other holds until unreserve, which comes after what was
+// claimed has taken its slots. A stopping worker reserves none.
 func (w *Worker) reserve(steps, calls int) (int, int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
