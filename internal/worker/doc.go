@@ -2,8 +2,9 @@
 // (step.sh) up to MaxSteps at once and flow calls (flow.sh) up to MaxFlows.
 //
 // A worker is one loop. It wakes on a NOTIFY (a transaction made work
-// ready), on a script ending (a slot came free), at the earliest retry
-// backoff, and on a slow poll as a safety net; each time it claims, with one
+// ready), when slots come free (a flow call ended, or a batch of step
+// results was recorded), at the earliest retry backoff, and on a slow poll
+// as a safety net; each time it claims, with one
 // statement per kind, as many ready items as it has free slots, and runs
 // each in a goroutine. A flow call's goroutine records its result in one
 // transaction (store.FlowCallFinish); a step's queues its result and frees

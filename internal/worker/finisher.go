@@ -89,11 +89,11 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 	for i, o := range batch {
 		params[i] = o.p
 	}
-	applied, woke, err := f.finishAndClaim(ctx, params)
+	applied, err := f.finishAndClaim(ctx, params)
 	switch {
 	case err != nil && (len(batch) == 1 || !store.Rejected(err)):
 		w.record(ctx, batch[0].log, "record step results", func(ctx context.Context) (err error) {
-			applied, woke, err = f.finishAndClaim(ctx, params)
+			applied, err = f.finishAndClaim(ctx, params)
 			return err
 		})
 	case err != nil:
@@ -103,7 +103,7 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 			w.record(ctx, o.log, "record step result", func(ctx context.Context) error {
 				res, err := w.store.StepsFinish(ctx, params[i:i+1], store.StepsClaim{})
 				if err == nil {
-					applied[i], woke = res.Applied[0], woke || res.Woke
+					applied[i] = res.Applied[0]
 				}
 				return err
 			})
@@ -114,18 +114,17 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 			o.log.Info("step result discarded: the step is no longer this attempt's", "completed", o.p.Completed)
 		}
 	}
-	if woke || !w.deadline.IsZero() {
-		// Dependents became ready: claim them without waiting for the
-		// NOTIFY to come back. (A serverless pass also looks again
-		// whether it is done.)
-		w.poke()
-	}
+	// The batch freed the slots of its steps and claimed into them what
+	// it could; the claim loop fills the rest, with the dependents left
+	// unclaimed, without waiting for their NOTIFY to come back. (A
+	// serverless pass also looks again whether it is done.)
+	w.poke()
 }
 
 // finishAndClaim records outcomes and starts the dependents and the calls
 // of flow.sh claimed with them, holding the slots they need only while the
 // transaction claims.
-func (f *finisher) finishAndClaim(ctx context.Context, params []store.StepFinishParams) (applied []bool, woke bool, err error) {
+func (f *finisher) finishAndClaim(ctx context.Context, params []store.StepFinishParams) (applied []bool, err error) {
 	w := f.w
 	claim := store.StepsClaim{}
 	var steps, calls int // reserved
@@ -160,5 +159,5 @@ func (f *finisher) finishAndClaim(ctx context.Context, params []store.StepFinish
 			r.FlowCallsClaimed += len(res.Calls)
 		})
 	}
-	return res.Applied, res.Woke, err
+	return res.Applied, err
 }

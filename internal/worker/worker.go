@@ -221,8 +221,11 @@ func (w *Worker) run(ctx context.Context, deadline time.Time) (Report, error) {
 	defer timer.Stop()
 	for loopCtx.Err() == nil {
 		next, claimed := w.fill(loopCtx, scriptCtx)
-		if !deadline.IsZero() && claimed == 0 && w.idle() {
-			break // a serverless pass ends when nothing is left to run
+		if !deadline.IsZero() && claimed == 0 && w.idle() && len(w.wake) == 0 {
+			// A serverless pass ends when nothing is left to run. A wake
+			// pending means a batch recorded since the claim began may
+			// have made work ready.
+			break
 		}
 		if !timer.Stop() {
 			select {
@@ -383,7 +386,13 @@ func (w *Worker) logClaimError(ctx context.Context, err error) {
 
 // start runs fn in a goroutine as the item id of set, and pokes the loop
 // when it ends so the freed slot is filled.
-func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*running, fn func(context.Context)) {
+//
+// A step whose outcome fn queued for the finisher does not poke the loop:
+// the finisher's batch claims into the freed slot first (the outcome's
+// dependents), then wakes the loop for what is left. Were both to claim at
+// once, the loop's claim would hold the free slots and the dependents
+// would wait for a claim of their own.
+func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*running, fn func(context.Context) (queued bool)) {
 	ctx, stop := context.WithCancel(scriptCtx)
 	w.mu.Lock()
 	set[id] = &running{stop: stop}
@@ -392,26 +401,29 @@ func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*run
 	go func() {
 		defer w.wg.Done()
 		defer stop()
-		fn(ctx)
+		queued := fn(ctx)
 		w.mu.Lock()
 		delete(set, id)
 		w.mu.Unlock()
-		w.poke()
+		if !queued {
+			w.poke()
+		}
 	}()
 }
 
 // startStep runs a claimed step attempt in a slot of its own.
 func (w *Worker) startStep(scriptCtx context.Context, c store.ClaimedStep) {
-	w.start(scriptCtx, c.ID, w.steps, func(ctx context.Context) { w.runStep(ctx, c) })
+	w.start(scriptCtx, c.ID, w.steps, func(ctx context.Context) bool { return w.runStep(ctx, c) })
 }
 
 // startFlowCall runs a claimed call of flow.sh in a slot of its own.
 func (w *Worker) startFlowCall(scriptCtx context.Context, c store.ClaimedFlowCall) {
-	w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) { w.runFlowCall(ctx, c) })
+	w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) bool { w.runFlowCall(ctx, c); return false })
 }
 
-// runStep runs one step attempt and records its outcome.
-func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
+// runStep runs one step attempt and records its outcome, or hands the
+// step back. It reports whether it queued the outcome for the finisher.
+func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) (queued bool) {
 	log := w.logger.With("run_id", c.RunID, "step", c.Name, "sequence", c.Sequence, "attempt", c.Attempt)
 	workDir, cleanup := w.scratch()
 	defer cleanup()
@@ -451,7 +463,7 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 			_, err := w.store.StepRelease(ctx, c.ID, c.Attempt)
 			return err
 		})
-		return
+		return false
 	}
 	if res.Succeeded() {
 		w.count(func(r *Report) { r.StepsCompleted++ })
@@ -460,6 +472,7 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) {
 	}
 	w.finish.add(outcome{log: log, p: store.StepFinishParams{
 		StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true}})
+	return true
 }
 
 // record retries a write of a script's outcome until it succeeds: the
