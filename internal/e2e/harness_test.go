@@ -166,7 +166,14 @@ func (s *stack) wait(runID string, timeout time.Duration) Run {
 		if time.Now().After(deadline) {
 			var steps []string
 			for _, st := range s.steps(runID) {
-				steps = append(steps, fmt.Sprintf("%s[%d] %s attempt %d started %v", st.Name, st.Sequence, st.Status, st.Attempt, st.StartedAt != nil))
+				took := "not started"
+				switch {
+				case st.StartedAt != nil && st.CompletedAt != nil:
+					took = fmt.Sprintf("took %d ms", *st.CompletedAt-*st.StartedAt)
+				case st.StartedAt != nil:
+					took = fmt.Sprintf("running for %d ms", time.Now().UnixMilli()-*st.StartedAt)
+				}
+				steps = append(steps, fmt.Sprintf("%s[%d] %s attempt %d, %s", st.Name, st.Sequence, st.Status, st.Attempt, took))
 			}
 			s.t.Fatalf("run %s still %s after %s; stages %+v; steps %v", runID, run.Status, timeout, run.Stages, steps)
 		}
