@@ -27,5 +27,9 @@ func outputPipe() (int, *os.File, error) {
 	return splitPipe(p)
 }
 
-// waitPolled needs pidfds; elsewhere Run waits in (*exec.Cmd).Wait.
-func (*proc) waitPolled() (bool, error) { return false, nil }
+// pollState is empty: there is no reactor without pidfds.
+type pollState struct{}
+
+// watch needs pidfds; elsewhere a script is waited for in
+// (*os.Process).Wait.
+func (*proc) watch(func(Result)) bool { return false }

@@ -4,7 +4,6 @@ package script
 
 import (
 	"os"
-	"os/exec"
 	"syscall"
 )
 
@@ -23,15 +22,11 @@ var scriptAttr = func() *syscall.SysProcAttr {
 	return attr
 }()
 
-// setProcessGroup makes the script the leader of a new process group.
-func setProcessGroup(cmd *exec.Cmd) { cmd.SysProcAttr = scriptAttr }
-
-// signalGroup signals the script's whole process group.
-func signalGroup(cmd *exec.Cmd, sig syscall.Signal) {
-	if cmd.Process == nil {
-		return
+// signalGroup signals the whole process group of the script pid.
+func signalGroup(pid int, sig syscall.Signal) {
+	if pid > 0 {
+		_ = syscall.Kill(-pid, sig)
 	}
-	_ = syscall.Kill(-cmd.Process.Pid, sig)
 }
 
 // splitPipe makes the pipe p's read end non-blocking, for the worker, and

@@ -6,14 +6,24 @@
 // — and the group is killed once the script has exited, so nothing it
 // started outlives it.
 //
-// A running script costs little: Run's own goroutine is the only one, and
-// os/exec copies nothing, for the script writes to pipes Run reads itself.
-// On Linux the pipes and a pidfd of the script sit in an epoll set of the
-// script's own, which parks that goroutine in the runtime's poller until a
-// pipe has data or the script has exited, so no thread waits for it either;
-// a read buffer is taken from a pool only while a pipe has data. Elsewhere,
-// (*os.Process).Wait holds a thread and each pipe a goroutine while the
-// script runs.
+// Start launches a script and returns; a callback gets the Result once the
+// script has ended and every line of its output has been passed on. Run is
+// Start and a wait for that callback.
+//
+// A running script costs little more than its process, for a worker runs
+// hundreds at once. On Linux, where a pidfd makes a script's exit a
+// readable descriptor, every running script of the process sits in one
+// epoll set, the reactor: the read ends of its two output pipes and its
+// pidfd. One goroutine, parked in the runtime's poller, waits on the set
+// and only hands out what is ready. A pipe with data gets a goroutine that
+// reads it until it is empty, passing the lines on, and ends, so goroutines
+// and read buffers exist only while output flows, and a consumer of lines
+// that blocks holds up its own script alone; an exit is noted at once. No
+// thread waits for a script, one that prints nothing has no goroutine, and
+// nothing of how it was started (its environment, say) stays reachable.
+// Elsewhere, and where the kernel has no pidfds, each script has a
+// goroutine waiting in (*os.Process).Wait, which holds a thread, and a
+// goroutine per pipe.
 package script
 
 import (
@@ -21,7 +31,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,9 +66,10 @@ type Spec struct {
 	// MaxOutputBytes caps what reaches Output; past it, one line says so
 	// and the rest is read and dropped. Zero means no cap.
 	MaxOutputBytes int64
-	// Output receives each line as it is read, one call at a time; it must
-	// not block for long (while it does, the script's output waits in its
-	// pipe). Nil discards output.
+	// Output receives each line as it is read, one call at a time. While
+	// it blocks, the script's output waits in its pipe (and the script,
+	// once the pipe is full); other scripts are not held up. Nil discards
+	// output.
 	Output func(Line)
 	// OutputBytes, if set, receives the lines instead of Output, in the
 	// same way, but as bytes that are valid only during the call, so that
@@ -91,97 +101,100 @@ const maxLine = 64 << 10
 // tailBytes is how much of stderr a Result keeps.
 const tailBytes = 2 << 10
 
+// Start starts the script and returns without waiting for it. done is
+// called once with the Result, after the script has exited, every line of
+// its output has been passed on, and its process group has been killed
+// and it reaped. done runs in a goroutine that serves no other script, so
+// it may block; when the script could not be started, that is the
+// caller's, before Start returns. Cancelling ctx stops the script's
+// process group (Result.Stopped).
+func Start(ctx context.Context, s Spec, done func(Result)) { start(ctx, s, true, done) }
+
 // Run runs the script and waits for it and its output. Cancelling ctx stops
 // the script's process group (Result.Stopped).
 func Run(ctx context.Context, s Spec) Result { return execute(ctx, s, true) }
 
-// execute is Run. With pollExit false it waits as on systems without
+// start is Start. With pollExit false it waits as on systems without
 // pidfds, so tests cover that path too.
+func start(ctx context.Context, s Spec, pollExit bool, done func(Result)) {
+	p, res := launch(ctx, s)
+	if p == nil {
+		done(res)
+		return
+	}
+	if pollExit && p.watch(done) {
+		return
+	}
+	go func() { done(p.wait()) }()
+}
+
+// execute is Run, with pollExit as for start.
 func execute(ctx context.Context, s Spec, pollExit bool) Result {
 	p, res := launch(ctx, s)
 	if p == nil {
 		return res
 	}
-	return p.finish(pollExit)
+	if pollExit {
+		ended := make(chan Result, 1)
+		if p.watch(func(res Result) { ended <- res }) {
+			return <-ended
+		}
+	}
+	return p.wait()
 }
 
 // launch starts the script, or returns why it did not start.
 func launch(ctx context.Context, s Spec) (*proc, Result) {
-	start := time.Now()
+	began := time.Now()
 	if s.Grace <= 0 {
 		s.Grace = 5 * time.Second
 	}
 	if ctx.Err() != nil {
-		return nil, Result{ExitCode: -1, Stopped: true, Duration: time.Since(start)}
+		return nil, Result{ExitCode: -1, Stopped: true, Duration: time.Since(began)}
 	}
-	out := &collector{emit: s.Output, emitBytes: s.OutputBytes, max: s.MaxOutputBytes}
-	p := &proc{began: start, grace: s.Grace, col: out, out: [2]*lineWriter{{c: out, stream: Stdout}, {c: out, stream: Stderr}}}
+	p := &proc{began: began, grace: s.Grace,
+		col: collector{emit: s.Output, emitBytes: s.OutputBytes, max: s.MaxOutputBytes}}
+	p.out = [2]lineWriter{{c: &p.col, stream: Stdout}, {c: &p.col, stream: Stderr}}
 	if err := p.start(s); err != nil {
 		if ctx.Err() != nil {
-			return nil, Result{ExitCode: -1, Stopped: true, Duration: time.Since(start)}
+			return nil, Result{ExitCode: -1, Stopped: true, Duration: time.Since(began)}
 		}
-		return nil, Result{ExitCode: -1, StartErr: err, Duration: time.Since(start)}
+		return nil, Result{ExitCode: -1, StartErr: err, Duration: time.Since(began)}
 	}
 	// Timeout and cancellation stop the script only while it runs: neither
 	// needs a goroutine until it fires.
 	p.stopOnCancel = context.AfterFunc(ctx, p.stop)
 	if s.Timeout > 0 {
-		p.timeout = time.AfterFunc(s.Timeout-time.Since(start), func() {
-			p.mu.Lock()
-			p.timedOut = true
-			p.mu.Unlock()
-			p.stop()
-		})
+		p.timeout = time.AfterFunc(s.Timeout-time.Since(began), p.timeUp)
 	}
 	return p, Result{}
 }
 
-// finish waits for the started script and its output, and returns how it
-// ended.
-func (p *proc) finish(pollExit bool) Result {
-	waitErr := p.wait(pollExit)
-	p.stopOnCancel()
-	p.mu.Lock()
-	if p.timeout != nil {
-		p.timeout.Stop()
-	}
-	if p.killTimer != nil {
-		p.killTimer.Stop()
-	}
-	res := Result{ExitCode: p.cmd.ProcessState.ExitCode(), Duration: time.Since(p.began),
-		StderrTail: p.col.tail(), Truncated: p.col.truncated}
-	// Only a script that was signalled was stopped; one that exited on its
-	// own while its pipes were still held open was not.
-	if p.signalled {
-		res.TimedOut = p.timedOut
-		res.Stopped = !res.TimedOut
-	}
-	p.mu.Unlock()
-	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) {
-		res.StartErr = waitErr
-	}
-	return res
-}
-
 // proc is a started script: its process, the read ends of its output
-// pipes, and whether it was signalled.
+// pipes, and whether it was signalled. It keeps nothing of its Spec but
+// what it needs while the script runs: not the environment, say.
 type proc struct {
 	began time.Time
-	cmd   *exec.Cmd
-	grace time.Duration
-	col   *collector
-	out   [2]*lineWriter // stdout, stderr
-	fds   [2]int         // the pipes' non-blocking read ends
+	pid   int
+	// process is the script's os.Process, kept for the blocking wait;
+	// the reactor releases it and reaps the script by pid.
+	process *os.Process
+	grace   time.Duration
+	col     collector
+	out     [2]lineWriter // stdout, stderr
+	fds     [2]int        // the pipes' non-blocking read ends
 
 	stopOnCancel func() bool
 	timeout      *time.Timer
 
 	mu        sync.Mutex
 	exited    bool // seen to have exited: it is not signalled any more
+	ended     bool // about to be reaped, after which its pid may be reused
 	signalled bool
 	timedOut  bool // the timeout passed (it stopped the script if signalled)
 	killTimer *time.Timer
+
+	poll pollState // the reactor's record of it (Linux)
 }
 
 // pipesOpenAfterExit is how long after the script exits its output is
@@ -192,20 +205,18 @@ func (p *proc) pipesOpenAfterExit() time.Duration { return p.grace + time.Second
 var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 // start starts the script with pipes for its stdout and stderr. The child
-// gets the write ends as files, so os/exec copies nothing itself.
+// gets the write ends; the worker keeps the read ends, not as files, and
+// nothing else of the start: os.StartProcess rather than os/exec, whose
+// Cmd would hold the environment and more while the script runs.
 func (p *proc) start(s Spec) error {
 	stdin, err := devNull()
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(s.Path)
-	cmd.Dir = s.Dir
-	cmd.Env = s.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{} // nil would mean the worker's own environment
+	env := s.Env
+	if env == nil {
+		env = []string{} // nil would mean the worker's own environment
 	}
-	cmd.Stdin = stdin
-	setProcessGroup(cmd)
 	var w [2]*os.File
 	for i := range w {
 		if p.fds[i], w[i], err = outputPipe(); err != nil {
@@ -216,8 +227,8 @@ func (p *proc) start(s Spec) error {
 			return err
 		}
 	}
-	cmd.Stdout, cmd.Stderr = w[0], w[1]
-	err = cmd.Start()
+	process, err := os.StartProcess(s.Path, []string{s.Path}, &os.ProcAttr{
+		Dir: s.Dir, Env: env, Files: []*os.File{stdin, w[0], w[1]}, Sys: scriptAttr})
 	// The child has its copies of the write ends; the pipes reach end of
 	// file once it and whatever it started close theirs.
 	_ = w[0].Close()
@@ -227,8 +238,7 @@ func (p *proc) start(s Spec) error {
 		_ = syscall.Close(p.fds[1])
 		return err
 	}
-	cmd.Env = nil // the child has it; the worker need not keep it
-	p.cmd = cmd
+	p.process, p.pid = process, process.Pid
 	return nil
 }
 
@@ -241,8 +251,26 @@ func (p *proc) stop() {
 		return
 	}
 	p.signalled = true
-	signalGroup(p.cmd, sigTerm)
-	p.killTimer = time.AfterFunc(p.grace, func() { signalGroup(p.cmd, sigKill) })
+	signalGroup(p.pid, sigTerm)
+	p.killTimer = time.AfterFunc(p.grace, p.kill)
+}
+
+// timeUp stops the script when its timeout has passed.
+func (p *proc) timeUp() {
+	p.mu.Lock()
+	p.timedOut = true
+	p.mu.Unlock()
+	p.stop()
+}
+
+// kill signals the group SIGKILL at the end of the grace, unless the
+// script is being reaped.
+func (p *proc) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.ended {
+		signalGroup(p.pid, sigKill)
+	}
 }
 
 // markExited records that the script has exited, so that a timeout or a
@@ -253,52 +281,69 @@ func (p *proc) markExited() {
 	p.mu.Unlock()
 }
 
-// wait reads the script's output until both pipes are closed (or until
-// pipesOpenAfterExit after the script exited), kills its group, and reaps
-// it, returning what (*exec.Cmd).Wait returned.
-func (p *proc) wait(pollExit bool) error {
-	if pollExit {
-		if ok, err := p.waitPolled(); ok {
-			return err
-		}
-	}
-	return p.waitBlocking()
+// end passes on what is left of a partial line and kills what the script
+// started, which dies with it. Nothing reads the pipes any more.
+func (p *proc) end() {
+	p.out[0].flush()
+	p.out[1].flush()
+	p.mu.Lock()
+	p.ended = true
+	p.mu.Unlock()
+	signalGroup(p.pid, sigKill)
 }
 
-// waitBlocking waits for the script in (*exec.Cmd).Wait, which holds a
-// thread while it runs, and reads each pipe in a goroutine of its own.
-func (p *proc) waitBlocking() error {
+// result is how the ended script ended, given its exit code and the error
+// of waiting for it.
+func (p *proc) result(exitCode int, waitErr error) Result {
+	p.stopOnCancel()
+	res := Result{ExitCode: exitCode, StartErr: waitErr, Duration: time.Since(p.began),
+		StderrTail: p.col.tail(), Truncated: p.col.truncated}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.timeout != nil {
+		p.timeout.Stop()
+	}
+	if p.killTimer != nil {
+		p.killTimer.Stop()
+	}
+	// Only a script that was signalled was stopped; one that exited on its
+	// own while its pipes were still held open was not.
+	if p.signalled {
+		res.TimedOut = p.timedOut
+		res.Stopped = !res.TimedOut
+	}
+	return res
+}
+
+// wait waits for the script in (*os.Process).Wait, which holds a thread
+// while it runs, reads each pipe in a goroutine of its own until both are
+// closed (or until pipesOpenAfterExit after the script exited), kills its
+// group, and returns how it ended. It is the way without the reactor.
+func (p *proc) wait() Result {
 	var files [2]*os.File
 	for i, fd := range p.fds {
 		// Non-blocking, so the runtime's poller takes it.
 		files[i] = os.NewFile(uintptr(fd), string(p.out[i].stream))
 	}
+	var state *os.ProcessState
 	var waitErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { drainFile(files[1], p.out[1]) })
+	wg.Go(func() { drainFile(files[1], &p.out[1]) })
 	wg.Go(func() {
-		waitErr = p.cmd.Wait()
+		state, waitErr = p.process.Wait()
 		p.markExited()
 		deadline := time.Now().Add(p.pipesOpenAfterExit())
 		for _, f := range files {
 			_ = f.SetReadDeadline(deadline)
 		}
 	})
-	drainFile(files[0], p.out[0])
+	drainFile(files[0], &p.out[0])
 	wg.Wait()
 	for _, f := range files {
 		_ = f.Close()
 	}
 	p.end()
-	return waitErr
-}
-
-// end passes on what is left of a partial line and kills what the script
-// started, which dies with it.
-func (p *proc) end() {
-	p.out[0].flush()
-	p.out[1].flush()
-	signalGroup(p.cmd, sigKill)
+	return p.result(state.ExitCode(), waitErr)
 }
 
 // readSize is how much one read of a pipe takes.
@@ -311,30 +356,30 @@ var (
 	buffersLent atomic.Int64 // for tests
 )
 
-// readOnce reads from the non-blocking pipe fd into w, once. It reports
-// whether the pipe is still open and whether it had data (so may have
-// more); a pipe that is empty but open would block.
-func readOnce(fd int, w *lineWriter) (open, more bool) {
+// readPipe reads the non-blocking pipe fd into w until it is empty, or
+// until stop (if not nil) is set, holding a read buffer for that time
+// only. It reports whether the pipe is still open: false at end of file
+// (or an error, which ends the stream as well).
+func readPipe(fd int, w *lineWriter, stop *atomic.Bool) bool {
 	buf := readBuffers.Get().(*[readSize]byte)
 	buffersLent.Add(1)
 	defer func() {
 		buffersLent.Add(-1)
 		readBuffers.Put(buf)
 	}()
-	for {
+	for stop == nil || !stop.Load() {
 		n, err := syscall.Read(fd, buf[:])
 		switch {
 		case n > 0:
 			_, _ = w.Write(buf[:n])
-			return true, true
 		case errors.Is(err, syscall.EINTR):
-			continue
 		case errors.Is(err, syscall.EAGAIN):
-			return true, false
-		default: // end of file, or an error that ends the stream as well
-			return false, false
+			return true
+		default:
+			return false
 		}
 	}
+	return true
 }
 
 // drainFile reads a pipe registered with the runtime's poller until end of
@@ -345,15 +390,7 @@ func drainFile(f *os.File, w *lineWriter) {
 		return
 	}
 	_ = rc.Read(func(fd uintptr) bool {
-		for {
-			open, more := readOnce(int(fd), w)
-			if !open {
-				return true
-			}
-			if !more {
-				return false // parks until the pipe is readable again
-			}
-		}
+		return !readPipe(int(fd), w, nil) // parks until the pipe is readable again
 	})
 }
 

@@ -5,17 +5,28 @@
 // ready), when slots come free (a flow call ended, or a batch of step
 // results was recorded), at the earliest retry backoff, and on a slow poll
 // as a safety net; each time it claims, with one
-// statement per kind, as many ready items as it has free slots, and runs
-// each in a goroutine. A flow call's goroutine records its result in one
-// transaction (store.FlowCallFinish); a step's queues its result and frees
-// its slot, and one goroutine records the queued results in batches, one
-// transaction per batch (store.StepsFinish), which also claims the
-// dependents the batch made ready and the next flow.sh calls of runs whose
-// stage ended, for the worker's free slots, so they start with no wake-up
-// or claim of their own. Every claim, the loop's or the batch's, reserves
-// the slots it may fill while it runs, so two claims never fill one slot. Results carry the attempt number as
-// a fencing token, so a result that comes after the work was cancelled or
-// handed to another worker changes nothing.
+// statement per kind, as many ready items as it has free slots, and starts
+// them. A flow call runs in a goroutine that waits for flow.sh and records
+// its result in one transaction (store.FlowCallFinish); there are few at a
+// time.
+//
+// A running step costs no goroutine, for a worker may run hundreds at once.
+// Starting one (startStep) takes its slot and queues it for the launcher,
+// a few goroutines that exist only while steps wait to be started: they
+// give each its scratch directory and environment and start step.sh with
+// script.Start, which returns at once. The script package watches every
+// running script from one goroutine and, once a script has ended, calls
+// back (stepEnded) in a goroutine of that step's own: the callback queues
+// the result and frees the slot, and one goroutine records the queued
+// results in batches, one transaction per batch (store.StepsFinish), which
+// also claims the dependents and the flow calls the batch made ready, for
+// the worker's free slots, so they start with no wake-up or claim of their
+// own. Every claim, the loop's or the batch's, reserves the slots it may
+// fill while it runs, so two claims never fill one slot. A running step is
+// an entry in the worker's map, with the function that stops it, and about
+// a kilobyte of heap. Results carry the attempt number as a fencing token,
+// so a result that comes after the work was cancelled or handed to another
+// worker changes nothing.
 //
 // A heartbeat renews the worker's row every HeartbeatInterval and, in the
 // same statement, learns which of its scripts are no longer its own

@@ -9,8 +9,8 @@ import (
 	"github.com/maxq-dev/maxq/internal/store"
 )
 
-// finisher records step outcomes in batches. A step's goroutine queues its
-// outcome and ends, freeing its slot at once; one goroutine takes every
+// finisher records step outcomes in batches. A step's completion queues
+// its outcome and frees its slot at once; one goroutine takes every
 // outcome queued while the previous batch was being written, waits until
 // their output is in the log table, and records them all in one
 // transaction (store.StepsFinish). Under load a batch holds about as many

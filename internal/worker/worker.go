@@ -76,6 +76,7 @@ type Worker struct {
 	logger      *slog.Logger
 	logs        *logBatcher
 	finish      *finisher
+	launch      launcher
 	scratchDirs scratchDirs
 
 	wake   chan struct{}
@@ -384,49 +385,55 @@ func (w *Worker) logClaimError(ctx context.Context, err error) {
 	}
 }
 
-// start runs fn in a goroutine as the item id of set, and pokes the loop
-// when it ends so the freed slot is filled.
-//
-// A step whose outcome fn queued for the finisher does not poke the loop:
-// the finisher's batch claims into the freed slot first (the outcome's
-// dependents), then wakes the loop for what is left. Were both to claim at
-// once, the loop's claim would hold the free slots and the dependents
-// would wait for a claim of their own.
-func (w *Worker) start(scriptCtx context.Context, id string, set map[string]*running, fn func(context.Context) (queued bool)) {
+// startFlowCall runs a claimed call of flow.sh in a goroutine of its own,
+// which waits for the script: there are few at a time. It pokes the loop
+// when the call ends, so the freed slot is filled.
+func (w *Worker) startFlowCall(scriptCtx context.Context, c store.ClaimedFlowCall) {
 	ctx, stop := context.WithCancel(scriptCtx)
 	w.mu.Lock()
-	set[id] = &running{stop: stop}
+	w.calls[c.ID] = &running{stop: stop}
 	w.mu.Unlock()
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
 		defer stop()
-		queued := fn(ctx)
+		w.runFlowCall(ctx, c)
 		w.mu.Lock()
-		delete(set, id)
+		delete(w.calls, c.ID)
 		w.mu.Unlock()
-		if !queued {
-			w.poke()
-		}
+		w.poke()
 	}()
 }
 
-// startStep runs a claimed step attempt in a slot of its own.
+// startStep starts a claimed step attempt and returns at once. The step
+// holds its slot (w.steps, where a heartbeat finds it to stop it) and the
+// WaitGroup until its outcome is queued, but no goroutine: the launcher
+// starts its script, and the script package calls stepEnded once it has
+// ended.
 func (w *Worker) startStep(scriptCtx context.Context, c store.ClaimedStep) {
-	w.start(scriptCtx, c.ID, w.steps, func(ctx context.Context) bool { return w.runStep(ctx, c) })
+	ctx, stop := context.WithCancel(scriptCtx)
+	w.mu.Lock()
+	w.steps[c.ID] = &running{stop: stop}
+	w.mu.Unlock()
+	w.wg.Add(1)
+	w.launch.add(func() { w.launchStep(ctx, stop, c) })
 }
 
-// startFlowCall runs a claimed call of flow.sh in a slot of its own.
-func (w *Worker) startFlowCall(scriptCtx context.Context, c store.ClaimedFlowCall) {
-	w.start(scriptCtx, c.ID, w.calls, func(ctx context.Context) bool { w.runFlowCall(ctx, c); return false })
+// stepAttempt is what a step attempt keeps while its script runs: what
+// recording its outcome takes, and no more (not its environment).
+type stepAttempt struct {
+	id, runID, name   string
+	sequence, attempt int
+	timeout           time.Duration
+	workDir           string
+	stop              context.CancelFunc
 }
 
-// runStep runs one step attempt and records its outcome, or hands the
-// step back. It reports whether it queued the outcome for the finisher.
-func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) (queued bool) {
-	log := w.logger.With("run_id", c.RunID, "step", c.Name, "sequence", c.Sequence, "attempt", c.Attempt)
-	workDir, cleanup := w.scratch()
-	defer cleanup()
+// launchStep gives a step attempt its scratch directory and environment
+// and starts its script.
+func (w *Worker) launchStep(ctx context.Context, stop context.CancelFunc, c store.ClaimedStep) {
+	a := &stepAttempt{id: c.ID, runID: c.RunID, name: c.Name, sequence: c.Sequence, attempt: c.Attempt,
+		timeout: time.Duration(c.TimeoutMs) * time.Millisecond, workDir: w.scratch(), stop: stop}
 	env := script.Environ(w.cfg.PassEnv, c.Env, map[string]string{
 		"MAXQ_RUN_ID":         c.RunID,
 		"MAXQ_STEP_ID":        c.ID,
@@ -437,42 +444,63 @@ func (w *Worker) runStep(ctx context.Context, c store.ClaimedStep) (queued bool)
 		"MAXQ_FLOW_NAME":      c.FlowName,
 		"MAXQ_STAGE":          c.Stage,
 		"MAXQ_API":            w.cfg.APIURL,
-		"MAXQ_WORK_DIR":       workDir,
-		"TMPDIR":              workDir,
+		"MAXQ_WORK_DIR":       a.workDir,
+		"TMPDIR":              a.workDir,
 		"MAXQ_TOKEN":          w.cfg.Tokens.RunToken(c.RunID),
 	}, w.pathEnv())
-	timeout := time.Duration(c.TimeoutMs) * time.Millisecond
-	res := script.Run(ctx, script.Spec{
+	script.Start(ctx, script.Spec{
 		Path:           w.cfg.Catalog.StepScript(c.FlowName, c.Name),
 		Dir:            w.cfg.Catalog.StepDir(c.FlowName, c.Name),
 		Env:            env,
-		Timeout:        timeout,
+		Timeout:        a.timeout,
 		Grace:          w.cfg.KillGrace,
 		MaxOutputBytes: max(w.cfg.MaxLogBytes, 0),
 		OutputBytes:    w.logs.sinkBytes(c.RunID, c.ID, "", c.Attempt),
-	})
-	var stepErr json.RawMessage
-	if !res.Succeeded() {
-		stepErr = failure(res, timeout)
-	}
-	exit := exitCode(res)
+	}, func(res script.Result) { w.stepEnded(ctx, a, res) })
+}
+
+// stepEnded records a step attempt's outcome, or hands the step back, and
+// frees its slot. It runs in the goroutine script.Start calls back in,
+// which serves this step alone, so it may wait for the database.
+//
+// A slot freed with an outcome queued is not offered to the claim loop at
+// once: the finisher's batch claims into it first (the outcome's
+// dependents), then wakes the loop for what is left. Were both to claim at
+// once, the loop's claim would hold the free slots and the dependents
+// would wait for a claim of their own.
+func (w *Worker) stepEnded(ctx context.Context, a *stepAttempt, res script.Result) {
+	handedBack := false
+	defer func() {
+		w.scratchDirs.give(a.workDir)
+		w.mu.Lock()
+		delete(w.steps, a.id)
+		w.mu.Unlock()
+		a.stop()
+		w.wg.Done()
+		if handedBack {
+			w.poke()
+		}
+	}()
+	log := w.logger.With("run_id", a.runID, "step", a.name, "sequence", a.sequence, "attempt", a.attempt)
 	if res.Stopped && w.draining.Load() {
+		handedBack = true
 		w.count(func(r *Report) { r.HandedBack++ })
 		w.logs.sync()
 		w.record(ctx, log, "hand step back", func(ctx context.Context) error {
-			_, err := w.store.StepRelease(ctx, c.ID, c.Attempt)
+			_, err := w.store.StepRelease(ctx, a.id, a.attempt)
 			return err
 		})
-		return false
+		return
 	}
+	var stepErr json.RawMessage
 	if res.Succeeded() {
 		w.count(func(r *Report) { r.StepsCompleted++ })
 	} else {
 		w.count(func(r *Report) { r.StepsFailed++ })
+		stepErr = failure(res, a.timeout)
 	}
 	w.finish.add(outcome{log: log, p: store.StepFinishParams{
-		StepID: c.ID, Attempt: c.Attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exit, Retry: true}})
-	return true
+		StepID: a.id, Attempt: a.attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exitCode(res), Retry: true}})
 }
 
 // record retries a write of a script's outcome until it succeeds: the
@@ -501,8 +529,8 @@ func (w *Worker) record(ctx context.Context, log *slog.Logger, what string, fn f
 // runFlowCall runs one call of flow.sh and records its outcome.
 func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 	log := w.logger.With("run_id", c.RunID, "flow", c.FlowName, "completed_stage", c.CompletedStage, "failed_stage", c.FailedStage)
-	workDir, cleanup := w.scratch()
-	defer cleanup()
+	workDir := w.scratch()
+	defer w.scratchDirs.give(workDir)
 	env := script.Environ(w.cfg.PassEnv, nil, map[string]string{
 		"MAXQ_RUN_ID":          c.RunID,
 		"MAXQ_FLOW_NAME":       c.FlowName,
@@ -609,14 +637,14 @@ func exitCode(res script.Result) *int {
 	return &res.ExitCode
 }
 
-// scratch gives a script attempt its MAXQ_WORK_DIR, and returns the function
-// that takes it back.
-func (w *Worker) scratch() (string, func()) {
+// scratch gives a script attempt its MAXQ_WORK_DIR, which
+// w.scratchDirs.give takes back once the script has ended.
+func (w *Worker) scratch() string {
 	dir, err := w.scratchDirs.take()
 	if err != nil {
 		w.logger.Warn("create scratch directory", "root", w.scratchDirs.root, "err", err)
 	}
-	return dir, func() { w.scratchDirs.give(dir) }
+	return dir
 }
 
 // heartbeat renews the worker's row and stops scripts that are no longer
