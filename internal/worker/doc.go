@@ -4,11 +4,10 @@
 // A worker is one loop. It wakes on a NOTIFY (a transaction made work
 // ready), when slots come free (a flow call ended, or a batch of step
 // results was recorded), at the earliest retry backoff, and on a slow poll
-// as a safety net; each time it claims, with one
-// statement per kind, as many ready items as it has free slots, and starts
-// them. A flow call runs in a goroutine that waits for flow.sh and records
-// its result in one transaction (store.FlowCallFinish); there are few at a
-// time.
+// as a safety net; each time it claims, with one statement per kind, as
+// many ready items as it has free slots, and starts them. A flow call runs
+// in a goroutine that waits for flow.sh and records its result in one
+// transaction (store.FlowCallFinish); there are few at a time.
 //
 // A running step costs no goroutine, for a worker may run hundreds at once.
 // Starting one (startStep) takes its slot and queues it for the launcher,
@@ -30,7 +29,8 @@
 //
 // A heartbeat renews the worker's row every HeartbeatInterval and, in the
 // same statement, learns which of its scripts are no longer its own
-// (cancelled, their run ended) so it stops them.
+// (cancelled, or taken over by another attempt) so it stops them; a script
+// that ended its own step through the API is left to run to its end.
 //
 // Output is read line by line and written to the log table in batches by
 // one goroutine (COPY), with a per-script byte cap.

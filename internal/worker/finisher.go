@@ -116,7 +116,10 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 	}
 	// The batch freed the slots of its steps and claimed into them what
 	// it could; the claim loop fills the rest, with the dependents left
-	// unclaimed, without waiting for their NOTIFY to come back. (A
+	// unclaimed, without waiting for their NOTIFY to come back. This wake
+	// also covers a claim of the loop that ran while the batch held slots
+	// (reserve) and so took fewer than there were: work made ready
+	// meanwhile, which the batch's claim could not see, is claimed now. (A
 	// serverless pass also looks again whether it is done.)
 	w.poke()
 }
