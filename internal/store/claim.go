@@ -138,7 +138,10 @@ type Claimed struct {
 	Calls []ClaimedFlowCall
 	Steps []ClaimedStep
 	// NextReady is when the earliest pending step still waiting out a
-	// retry backoff becomes ready (epoch ms; 0: none waits).
+	// retry backoff becomes ready (epoch ms; 0: none waits). Steps ready
+	// already but not claimed — locked by another claim, or with a timeout
+	// longer than MaxTimeoutMs — do not count: waking for them would only
+	// claim nothing again.
 	NextReady int64
 }
 
@@ -160,7 +163,7 @@ func (s *Store) Claim(ctx context.Context, p ClaimParams) (Claimed, error) {
 			out.Steps, err = pgx.CollectRows(rows, scanClaimedStep)
 			return err
 		})
-		b.Queue(stepNextReadySQL).QueryRow(func(row pgx.Row) error {
+		b.Queue(stepNextReadySQL, now).QueryRow(func(row pgx.Row) error {
 			var at *int64
 			err := row.Scan(&at)
 			if at != nil {
@@ -190,7 +193,11 @@ func scanClaimedFlowCall(row pgx.CollectableRow) (ClaimedFlowCall, error) {
 	return c, err
 }
 
-const stepNextReadySQL = `SELECT min(ready_at) FROM step WHERE status = 'pending' AND deps_left = 0`
+// stepNextReadySQL starts its scan of the claim's index past now, where
+// only backoffs are: the entries before it are mostly steps claimed since
+// the index was last vacuumed, which a scan from the start would visit one
+// by one.
+const stepNextReadySQL = `SELECT min(ready_at) FROM step WHERE status = 'pending' AND deps_left = 0 AND ready_at > $1`
 
 // ClaimedFlowCall is a call of flow.sh a worker now owns.
 type ClaimedFlowCall struct {

@@ -266,24 +266,28 @@ func TestStepsFinishConcurrentBatches(t *testing.T) {
 }
 
 // One Claim takes flow calls and steps together, and says when the next
-// step waiting out a retry backoff becomes ready.
+// step waiting out a retry backoff becomes ready — not when a step it left
+// is ready already (its timeout too long for the claim), which would wake
+// the worker only to claim nothing again.
 func TestClaimTakesBothKindsAndTheNextBackoff(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	runID := f.run(false, store.StepSpec{Name: "flaky", Instances: 1, MaxRetries: 3})
-	got, err := f.s.Claim(f.ctx, store.ClaimParams{Flows: 4, StepClaimParams: store.StepClaimParams{WorkerID: f.worker, Limit: 4}})
+	runID := f.run(false, store.StepSpec{Name: "flaky", Instances: 1, MaxRetries: 3},
+		store.StepSpec{Name: "long", Instances: 1, TimeoutMs: 600_000})
+	got, err := f.s.Claim(f.ctx, store.ClaimParams{Flows: 4, StepClaimParams: store.StepClaimParams{WorkerID: f.worker, Limit: 4, MaxTimeoutMs: 60_000}})
 	require.NoError(t, err)
 	require.Len(t, got.Calls, 1, "the run's first flow call")
 	require.Equal(t, runID, got.Calls[0].RunID)
-	require.Len(t, got.Steps, 1)
-	require.Zero(t, got.NextReady, "no step waits out a backoff")
+	require.Len(t, got.Steps, 1, "the step that fits")
+	require.Equal(t, "flaky", got.Steps[0].Name)
+	require.Zero(t, got.NextReady, "no step waits out a backoff; the one left is ready already")
 
 	one := 1
 	before := time.Now().UnixMilli()
 	_, _, err = f.finish([]store.StepFinishParams{{StepID: got.Steps[0].ID, Attempt: got.Steps[0].Attempt,
 		Error: json.RawMessage(`{"reason":"exit_code","exitCode":1}`), ExitCode: &one, Retry: true}})
 	require.NoError(t, err)
-	got, err = f.s.Claim(f.ctx, store.ClaimParams{Flows: 4, StepClaimParams: store.StepClaimParams{WorkerID: f.worker, Limit: 4}})
+	got, err = f.s.Claim(f.ctx, store.ClaimParams{Flows: 4, StepClaimParams: store.StepClaimParams{WorkerID: f.worker, Limit: 4, MaxTimeoutMs: 60_000}})
 	require.NoError(t, err)
 	require.Empty(t, got.Calls, "one flow call of a run at a time")
 	require.Empty(t, got.Steps, "the retry waits out its backoff")
