@@ -51,8 +51,11 @@ test: ## run every test (starts its own PostgreSQL)
 check: ## what CI runs: gofmt, vet, cfn-lint (if installed), tests
 	bash .ci/run
 
+# The workers the benchmark starts are a built cmd/worker, the binary that
+# is deployed, so that the memory figures are its own.
 bench: ## run the benchmarks (own PostgreSQL, under 10 minutes) and print the table; BENCH_FLAGS=--quick for a smoke run
-	go run ./cmd/maxq-bench $(BENCH_FLAGS)
+	$(GO) build -o "$(BUILD_DIR)/bench/worker" ./cmd/worker
+	$(GO) run ./cmd/maxq-bench --worker-bin "$(BUILD_DIR)/bench/worker" $(BENCH_FLAGS)
 
 build: ## both Lambda packages into BUILD_DIR, as sam build makes them (ARCH=, FLOWS_DIR=)
 	$(MAKE) build-ApiFunction ARTIFACTS_DIR="$(abspath $(BUILD_DIR))/ApiFunction"

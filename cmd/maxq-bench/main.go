@@ -47,7 +47,11 @@ func main() {
 	if scenarios != "" {
 		opts.Scenarios = strings.Split(scenarios, ",")
 	}
-	if workerBin != "" {
+	switch {
+	case workerBin != "" && opts.ProfileDir != "":
+		// Only this binary knows how to profile the workers it runs.
+		fmt.Fprintln(os.Stderr, "maxq-bench: --cpuprofile runs the workers from maxq-bench itself, to profile them; --worker-bin is ignored")
+	case workerBin != "":
 		opts.WorkerCommand = []string{workerBin}
 	}
 	opts.Progress = os.Stderr
