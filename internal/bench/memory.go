@@ -33,7 +33,7 @@ func (s *suite) memoryConcurrent(ctx context.Context) error {
 		if err := sleep(ctx, time.Second); err != nil { // settle after start-up
 			return err
 		}
-		idle, _, err := rss(w.pid)
+		idle, err := rss(w.pid)
 		if err != nil {
 			return err
 		}
@@ -41,7 +41,7 @@ func (s *suite) memoryConcurrent(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		var peak int64
+		var peak memUse
 		most := 0
 		done := make(chan error, 1)
 		go func() { done <- s.st.waitRuns(ctx, []string{id}, s.size.memoryTimeout) }()
@@ -53,16 +53,19 @@ func (s *suite) memoryConcurrent(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
-				_, hwm, _ := rss(w.pid)
-				s.report.value("memory", "worker RSS, idle", mb(idle), "MB")
-				s.report.value("memory", fmt.Sprintf("worker RSS, %d concurrent steps (peak sampled; %d seen running at once)", n, most), mb(peak), "MB").
-					target("≤ 20 MB", mb(peak) <= 20)
-				s.report.value("memory", "worker RSS high-water mark (VmHWM) at the end", mb(hwm), "MB")
+				end, _ := rss(w.pid)
+				s.report.value("memory", "worker RSS, idle", mb(idle.rss), "MB")
+				s.report.value("memory", fmt.Sprintf("worker RSS, %d concurrent steps (peak sampled; %d seen running at once)", n, most), mb(peak.rss), "MB").
+					target("≤ 20 MB", mb(peak.rss) <= 20)
+				s.report.value("memory", "worker RSS high-water mark (VmHWM) at the end", mb(end.hwm), "MB")
+				s.report.text("memory", "worker RSS by kind, idle → that peak", fmt.Sprintf(
+					"anonymous (heap, stacks, runtime) %.1f → %.1f MB; file-backed (the binary's pages) %.1f → %.1f MB",
+					mb(idle.anon), mb(peak.anon), mb(idle.file), mb(peak.file)))
 				return nil
 			case <-tick.C:
 			}
-			if cur, _, err := rss(w.pid); err == nil {
-				peak = max(peak, cur)
+			if cur, err := rss(w.pid); err == nil && cur.rss > peak.rss {
+				peak = cur
 			}
 			if i%4 == 0 {
 				if running, err := s.st.runningSteps(ctx); err == nil {
@@ -93,10 +96,11 @@ func (s *suite) memoryOutput(ctx context.Context) error {
 		if err := sleep(ctx, time.Second); err != nil {
 			return err
 		}
-		before, _, err := rss(w.pid)
+		m, err := rss(w.pid)
 		if err != nil {
 			return err
 		}
+		before := m.rss
 		start := time.Now()
 		id, err := s.st.trigger(ctx, "talker")
 		if err != nil {
@@ -129,8 +133,8 @@ func (s *suite) memoryOutput(ctx context.Context) error {
 				return nil
 			case <-tick.C:
 			}
-			if cur, _, err := rss(w.pid); err == nil {
-				peak = max(peak, cur)
+			if cur, err := rss(w.pid); err == nil {
+				peak = max(peak, cur.rss)
 			}
 		}
 	})

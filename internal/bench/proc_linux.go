@@ -90,13 +90,21 @@ func machineCPU() (busy, total time.Duration) {
 	return busy, total
 }
 
-// rss returns a process's resident set size and its peak (VmRSS, VmHWM),
-// in bytes.
-func rss(pid int) (cur, peak int64, err error) {
+// memUse is a process's memory as /proc/PID/status gives it, in bytes.
+type memUse struct {
+	rss  int64 // VmRSS: resident now
+	hwm  int64 // VmHWM: the most resident at once
+	anon int64 // RssAnon: heap, stacks, the runtime's own
+	file int64 // RssFile: file pages, mostly the binary's own
+}
+
+// rss reads a process's memory use.
+func rss(pid int) (memUse, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0, 0, err
+		return memUse{}, err
 	}
+	var m memUse
 	for line := range strings.Lines(string(b)) {
 		name, value, ok := strings.Cut(line, ":")
 		if !ok {
@@ -105,12 +113,16 @@ func rss(pid int) (cur, peak int64, err error) {
 		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
 		switch name {
 		case "VmRSS":
-			cur = kb << 10
+			m.rss = kb << 10
 		case "VmHWM":
-			peak = kb << 10
+			m.hwm = kb << 10
+		case "RssAnon":
+			m.anon = kb << 10
+		case "RssFile":
+			m.file = kb << 10
 		}
 	}
-	return cur, peak, nil
+	return m, nil
 }
 
 // loadAverage is the first three fields of /proc/loadavg.

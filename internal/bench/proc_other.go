@@ -15,12 +15,14 @@ type procTimes struct {
 	ppid           int
 }
 
+type memUse struct{ rss, hwm, anon, file int64 }
+
 var errNoProc = errors.New("process statistics need Linux's /proc")
 
 func readProc(int) (procTimes, error)         { return procTimes{}, errNoProc }
 func treeCPU(int) time.Duration               { return 0 }
 func machineCPU() (busy, total time.Duration) { return 0, 0 }
-func rss(int) (cur, peak int64, err error)    { return 0, 0, errNoProc }
+func rss(int) (memUse, error)                 { return memUse{}, errNoProc }
 func loadAverage() string                     { return "n/a" }
 
 func fdatasync(f *os.File) error { return f.Sync() }
