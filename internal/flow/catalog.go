@@ -78,10 +78,24 @@ func (c Catalog) Validate() ([]Problem, error) {
 // Flow returns the named flow, reading only its own directory. An invalid
 // name wraps core.ErrInvalid; a missing or unusable flow wraps core.ErrNotFound.
 func (c Catalog) Flow(name string) (Flow, error) {
+	return c.flow(name, load)
+}
+
+// Check returns the error Flow would for the named flow, or nil, reading
+// only the flow's directory and flow.sh and none of its steps: what a
+// worker checks before it calls flow.sh, in a few system calls however
+// many steps the flow has.
+func (c Catalog) Check(name string) error {
+	_, err := c.flow(name, loadFlow)
+	return err
+}
+
+// flow is Flow with the loader given: load, or loadFlow for no steps.
+func (c Catalog) flow(name string, loader func(root, name string) (Flow, []Problem, bool)) (Flow, error) {
 	if !core.ValidName(name) {
 		return Flow{}, fmt.Errorf("flow %q: %w name", name, core.ErrInvalid)
 	}
-	f, problems, ok := load(c.root(), name)
+	f, problems, ok := loader(c.root(), name)
 	switch {
 	case ok:
 		return f, nil
@@ -122,23 +136,11 @@ func (c Catalog) root() string {
 // the flow-level problem is the only one returned. A usable flow comes with
 // the problems of its steps.
 func load(root, name string) (f Flow, problems []Problem, ok bool) {
-	dir := filepath.Join(root, name)
-	if strings.HasPrefix(name, ".") || !isDir(dir) {
-		return Flow{}, nil, false
+	f, problems, ok = loadFlow(root, name)
+	if !ok {
+		return f, problems, false
 	}
-	script := filepath.Join(dir, flowScript)
-	if _, err := os.Lstat(script); errors.Is(err, fs.ErrNotExist) {
-		return Flow{}, nil, false
-	}
-	if !core.ValidName(name) {
-		return Flow{}, []Problem{{Path: dir, Flow: name, Message: "invalid flow name"}}, false
-	}
-	if msg := checkScript(script); msg != "" {
-		return Flow{}, []Problem{{Path: script, Flow: name, Message: msg}}, false
-	}
-	f = Flow{Name: name, Path: dir, Steps: []string{}}
-
-	steps := filepath.Join(dir, stepsDir)
+	steps := filepath.Join(f.Path, stepsDir)
 	entries, err := os.ReadDir(steps)
 	if errors.Is(err, fs.ErrNotExist) {
 		return f, nil, true // a flow may have no steps of its own
@@ -163,6 +165,25 @@ func load(root, name string) (f Flow, problems []Problem, ok bool) {
 		f.Steps = append(f.Steps, step)
 	}
 	return f, problems, true
+}
+
+// loadFlow is load without the steps: f.Steps is empty.
+func loadFlow(root, name string) (f Flow, problems []Problem, ok bool) {
+	dir := filepath.Join(root, name)
+	if strings.HasPrefix(name, ".") || !isDir(dir) {
+		return Flow{}, nil, false
+	}
+	script := filepath.Join(dir, flowScript)
+	if _, err := os.Lstat(script); errors.Is(err, fs.ErrNotExist) {
+		return Flow{}, nil, false
+	}
+	if !core.ValidName(name) {
+		return Flow{}, []Problem{{Path: dir, Flow: name, Message: "invalid flow name"}}, false
+	}
+	if msg := checkScript(script); msg != "" {
+		return Flow{}, []Problem{{Path: script, Flow: name, Message: msg}}, false
+	}
+	return Flow{Name: name, Path: dir, Steps: []string{}}, nil, true
 }
 
 // checkScript returns why the script at path cannot be run, or "" if it can:

@@ -1,6 +1,7 @@
 package flow_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,6 +263,7 @@ func TestCatalogFlow(t *testing.T) {
 	f, err := c.Flow("a")
 	require.NoError(t, err)
 	require.Equal(t, flow.Flow{Name: "a", Path: filepath.Join(root, "a"), Steps: []string{"one"}}, f)
+	require.NoError(t, c.Check("a"))
 
 	tests := []struct {
 		name    string
@@ -287,6 +289,8 @@ func TestCatalogFlow(t *testing.T) {
 			if tt.wantMsg != "" {
 				require.EqualError(t, err, tt.wantMsg)
 			}
+			// Check, which reads no step, says the same.
+			require.EqualError(t, c.Check(tt.flow), err.Error())
 		})
 	}
 }
@@ -325,4 +329,28 @@ func TestCatalogPaths(t *testing.T) {
 	require.Equal(t, "/srv/flows/etl/flow.sh", c.FlowScript("etl"))
 	require.Equal(t, "/srv/flows/etl/steps/load", c.StepDir("etl", "load"))
 	require.Equal(t, "/srv/flows/etl/steps/load/step.sh", c.StepScript("etl", "load"))
+}
+
+// BenchmarkCatalogCheck compares the check a worker makes before each call
+// of flow.sh with reading the whole flow, for a flow of 200 steps.
+func BenchmarkCatalogCheck(b *testing.B) {
+	tree := map[string]os.FileMode{"big/flow.sh": 0o755}
+	for i := range 200 {
+		tree[fmt.Sprintf("big/steps/s%03d/step.sh", i)] = 0o755
+	}
+	c := flow.Catalog{Root: build(b, tree)}
+	b.Run("Check", func(b *testing.B) {
+		for b.Loop() {
+			if err := c.Check("big"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Flow", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.Flow("big"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -542,7 +542,7 @@ func (w *Worker) runFlowCall(ctx context.Context, c store.ClaimedFlowCall) {
 		"MAXQ_TOKEN":           w.cfg.Tokens.RunToken(c.RunID),
 	}, w.pathEnv())
 	var res script.Result
-	if _, err := w.cfg.Catalog.Flow(c.FlowName); err != nil {
+	if err := w.cfg.Catalog.Check(c.FlowName); err != nil {
 		res = script.Result{ExitCode: -1, StartErr: err}
 	} else {
 		res = script.Run(ctx, script.Spec{
