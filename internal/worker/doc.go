@@ -16,12 +16,14 @@
 // script.Start, which returns at once. The script package watches every
 // running script from one goroutine and, once a script has ended, calls
 // back (stepEnded) in a goroutine of that step's own: the callback queues
-// the result and frees the slot, and one goroutine records the queued
-// results in batches, one transaction per batch (store.StepsFinish), which
-// also claims the dependents and the flow calls the batch made ready, for
-// the worker's free slots, so they start with no wake-up or claim of their
+// the result and passes the step's slot on with it, and one goroutine
+// records the queued results in batches, one transaction per batch
+// (store.StepsFinish), which also claims the dependents and the flow calls
+// the batch made ready, into the slots of the batch's own steps and then
+// the worker's free ones, so they start with no wake-up or claim of their
 // own. Every claim, the loop's or the batch's, reserves the slots it may
-// fill while it runs, so two claims never fill one slot. A running step is
+// fill while it runs, so two claims never fill one slot, and a loop claim
+// cannot take the slot a dependent is about to be claimed into. A running step is
 // an entry in the worker's map, with the function that stops it, and about
 // a kilobyte of heap. Results carry the attempt number as a fencing token,
 // so a result that comes after the work was cancelled or handed to another

@@ -76,12 +76,23 @@ func (f *finisher) loop(ctx context.Context) {
 // record writes one batch. A batch the database refuses is recorded one
 // outcome at a time, so one bad outcome cannot hold back the others; one
 // that fails for another reason (the database restarting) is retried
-// whole.
+// whole. Each outcome came with its step's slot (stepEnded): the batch
+// claims into those first and gives back what it did not fill.
 func (f *finisher) record(ctx context.Context, batch []outcome) {
 	w := f.w
+	held := len(batch)
 	defer func() {
+		w.unreserve(held, 0)
 		f.pending.Add(-int64(len(batch)))
 		w.wg.Add(-len(batch))
+		// The claim loop fills the slots the batch did not, with the
+		// dependents left unclaimed, without waiting for their NOTIFY to
+		// come back. This wake also covers a claim of the loop that ran
+		// while the batch held slots and so took fewer than there were:
+		// work made ready meanwhile, which the batch's claim could not see,
+		// is claimed now. (A serverless pass also looks again whether it
+		// is done, now that nothing is pending.)
+		w.poke()
 	}()
 	// Every line the scripts printed was queued before their outcomes.
 	w.logs.sync()
@@ -89,11 +100,11 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 	for i, o := range batch {
 		params[i] = o.p
 	}
-	applied, err := f.finishAndClaim(ctx, params)
+	applied, err := f.finishAndClaim(ctx, params, held)
 	switch {
 	case err != nil && (len(batch) == 1 || !store.Rejected(err)):
 		w.record(ctx, batch[0].log, "record step results", func(ctx context.Context) (err error) {
-			applied, err = f.finishAndClaim(ctx, params)
+			applied, err = f.finishAndClaim(ctx, params, held)
 			return err
 		})
 	case err != nil:
@@ -114,28 +125,21 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 			o.log.Info("step result discarded: the step is no longer this attempt's", "completed", o.p.Completed)
 		}
 	}
-	// The batch freed the slots of its steps and claimed into them what
-	// it could; the claim loop fills the rest, with the dependents left
-	// unclaimed, without waiting for their NOTIFY to come back. This wake
-	// also covers a claim of the loop that ran while the batch held slots
-	// (reserve) and so took fewer than there were: work made ready
-	// meanwhile, which the batch's claim could not see, is claimed now. (A
-	// serverless pass also looks again whether it is done.)
-	w.poke()
 }
 
 // finishAndClaim records outcomes and starts the dependents and the calls
-// of flow.sh claimed with them, holding the slots they need only while the
-// transaction claims.
-func (f *finisher) finishAndClaim(ctx context.Context, params []store.StepFinishParams) (applied []bool, err error) {
+// of flow.sh claimed with them: the dependents into the held slots of the
+// batch's own steps, and beyond those into free slots, which it reserves
+// only while the transaction claims.
+func (f *finisher) finishAndClaim(ctx context.Context, params []store.StepFinishParams, held int) (applied []bool, err error) {
 	w := f.w
 	claim := store.StepsClaim{}
 	var steps, calls int // reserved
 	if p, ok := w.stepClaimParams(0); ok {
 		claim.StepClaimParams = p
 		claim.Slots = func(n int) int {
-			k, _ := w.reserve(n, 0)
-			steps += k
+			k, extra := w.reserveForBatch(held, n)
+			steps += extra
 			return k
 		}
 		if w.flowFits(p) {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/maxq-dev/maxq/internal/pgtest"
+	"github.com/maxq-dev/maxq/internal/script"
 	"github.com/maxq-dev/maxq/internal/store"
 )
 
@@ -77,4 +78,60 @@ func TestFillReservesSlotsWhileClaiming(t *testing.T) {
 	steps, calls = w.reserve(3, 1)
 	require.Equal(t, 3, steps, "a claim that found nothing gives its slots back")
 	require.Equal(t, 1, calls)
+}
+
+// A step that ends passes its slot to the batch that records its result,
+// so a claim of the loop that runs meanwhile cannot take it: the batch
+// claims the step's dependent into it, in the transaction that records the
+// result, even when the worker has no other free slot.
+func TestBatchClaimsDependentIntoItsStepsSlot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := store.New(pgtest.Pool(t))
+	w := New(Config{Store: st, MaxSteps: 1, MaxFlows: 1})
+	id, err := st.WorkerRegister(ctx, "test")
+	require.NoError(t, err)
+	w.id = id
+	w.logs = newLogBatcher(st, w.logger)
+	defer w.logs.close()
+	var started []store.ClaimedStep
+	w.finish = newFinisher(w, func(c store.ClaimedStep) {
+		started = append(started, c)
+		w.mu.Lock()
+		w.steps[c.ID] = &running{stop: func() {}}
+		w.mu.Unlock()
+	}, func(store.ClaimedFlowCall) {})
+
+	run, _, err := st.RunCreate(ctx, store.RunCreateParams{FlowName: "flow"})
+	require.NoError(t, err)
+	_, _, _, err = st.StageSchedule(ctx, store.StageScheduleParams{RunID: run.ID, Stage: "only", Final: true, Steps: []store.StepSpec{
+		{Name: "a", Instances: 1}, {Name: "b", Instances: 1, DependsOn: []string{"a"}}}})
+	require.NoError(t, err)
+	claimed, err := st.StepClaim(ctx, store.StepClaimParams{WorkerID: id, Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, claimed, 1)
+	a := claimed[0]
+	w.steps[a.ID] = &running{stop: func() {}}
+	w.wg.Add(1)
+
+	w.stepEnded(ctx, &stepAttempt{id: a.ID, runID: a.RunID, name: a.Name, sequence: a.Sequence, attempt: a.Attempt, stop: func() {}},
+		script.Result{ExitCode: 0})
+	// The loop wakes now (a NOTIFY, its poll) and claims: a's slot is not
+	// free, but held for a's batch.
+	steps, _ := w.reserve(1, 0)
+	require.Zero(t, steps, "the ended step's slot is held for its batch")
+
+	w.finish.record(ctx, w.finish.queue)
+	require.Len(t, started, 1, "b claimed with a's result")
+	require.Equal(t, "b", started[0].Name)
+	b, err := st.StepGet(ctx, started[0].ID)
+	require.NoError(t, err)
+	doneA, err := st.StepGet(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, *doneA.CompletedAt, *b.StartedAt, "in the transaction that recorded a")
+
+	steps, _ = w.reserve(1, 0)
+	require.Zero(t, steps, "b runs in the one slot; the batch gave back what it held")
+	require.Equal(t, 0, w.reserved.steps)
+	w.wg.Wait()
 }

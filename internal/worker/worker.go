@@ -365,11 +365,33 @@ func (w *Worker) reserve(steps, calls int) (int, int) {
 	if w.stopping {
 		return 0, 0
 	}
-	steps = min(steps, max(w.cfg.MaxSteps-len(w.steps)-w.reserved.steps, 0))
+	steps = min(steps, w.freeSteps())
 	calls = min(calls, max(w.cfg.MaxFlows-len(w.calls)-w.reserved.calls, 0))
 	w.reserved.steps += steps
 	w.reserved.calls += calls
 	return steps, calls
+}
+
+// reserveForBatch gives a batch of results up to n step slots for the
+// dependents it claims: first the held slots its own steps passed to it
+// (stepEnded), then free ones, which it reserves (extra; unreserve them).
+// A stopping worker gives none.
+func (w *Worker) reserveForBatch(held, n int) (slots, extra int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping {
+		return 0, 0
+	}
+	own := min(n, held)
+	extra = min(n-own, w.freeSteps())
+	w.reserved.steps += extra
+	return own + extra, extra
+}
+
+// freeSteps is how many step slots are neither running nor reserved; the
+// caller holds w.mu.
+func (w *Worker) freeSteps() int {
+	return max(w.cfg.MaxSteps-len(w.steps)-w.reserved.steps, 0)
 }
 
 func (w *Worker) unreserve(steps, calls int) {
@@ -463,33 +485,29 @@ func (w *Worker) launchStep(ctx context.Context, stop context.CancelFunc, c stor
 // frees its slot. It runs in the goroutine script.Start calls back in,
 // which serves this step alone, so it may wait for the database.
 //
-// A slot freed with an outcome queued is not offered to the claim loop at
-// once: the finisher's batch claims into it first (the outcome's
-// dependents), then wakes the loop for what is left. Were both to claim at
-// once, the loop's claim would hold the free slots and the dependents
-// would wait for a claim of their own.
+// A step whose outcome is queued passes its slot to the finisher, which
+// holds it (as reserved) until its batch is recorded: the batch claims
+// into it first (the outcome's dependents), so no claim of the loop that
+// happens to run meanwhile can take it, and then the loop is woken for
+// what is left.
 func (w *Worker) stepEnded(ctx context.Context, a *stepAttempt, res script.Result) {
-	handedBack := false
 	defer func() {
 		w.scratchDirs.give(a.workDir)
-		w.mu.Lock()
-		delete(w.steps, a.id)
-		w.mu.Unlock()
 		a.stop()
 		w.wg.Done()
-		if handedBack {
-			w.poke()
-		}
 	}()
 	log := w.logger.With("run_id", a.runID, "step", a.name, "sequence", a.sequence, "attempt", a.attempt)
 	if res.Stopped && w.draining.Load() {
-		handedBack = true
 		w.count(func(r *Report) { r.HandedBack++ })
 		w.logs.sync()
 		w.record(ctx, log, "hand step back", func(ctx context.Context) error {
 			_, err := w.store.StepRelease(ctx, a.id, a.attempt)
 			return err
 		})
+		w.mu.Lock()
+		delete(w.steps, a.id)
+		w.mu.Unlock()
+		w.poke()
 		return
 	}
 	var stepErr json.RawMessage
@@ -499,6 +517,12 @@ func (w *Worker) stepEnded(ctx context.Context, a *stepAttempt, res script.Resul
 		w.count(func(r *Report) { r.StepsFailed++ })
 		stepErr = failure(res, a.timeout)
 	}
+	// The slot passes to the finisher before the outcome does, so that its
+	// batch never gives back a slot it was not given.
+	w.mu.Lock()
+	delete(w.steps, a.id)
+	w.reserved.steps++
+	w.mu.Unlock()
 	w.finish.add(outcome{log: log, p: store.StepFinishParams{
 		StepID: a.id, Attempt: a.attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exitCode(res), Retry: true}})
 }
