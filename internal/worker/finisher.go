@@ -133,6 +133,8 @@ func (f *finisher) record(ctx context.Context, batch []outcome) {
 // only while the transaction claims.
 func (f *finisher) finishAndClaim(ctx context.Context, params []store.StepFinishParams, held int) (applied []bool, err error) {
 	w := f.w
+	w.claiming.Lock() // not while the loop claims: see fill
+	defer w.claiming.Unlock()
 	claim := store.StepsClaim{}
 	var steps, calls int // reserved
 	if p, ok := w.stepClaimParams(0); ok {

@@ -85,6 +85,12 @@ type Worker struct {
 	draining atomic.Bool // shutting down: stopped scripts hand their work back
 	deadline time.Time   // a draining (serverless) pass ends by then
 
+	// claiming is held by a claim of the loop (fill) and by a batch of
+	// results that claims (finisher), so that the two take turns: neither
+	// reserves the free slots while the other's claim is in flight, when
+	// the work that claim is about to make claimable could not use them.
+	claiming sync.Mutex
+
 	mu       sync.Mutex
 	id       string
 	steps    map[string]*running        // by step id
@@ -291,13 +297,17 @@ func (w *Worker) count(f func(*Report)) {
 // fill claims work for every free slot and starts it. It returns how long
 // to sleep before looking again, unless woken, and how much it claimed.
 // The free slots are reserved while the claim runs, as the finisher's are,
-// so that the two never claim into the same slot.
+// so that the two never claim into the same slot, and the two claims take
+// turns (w.claiming): a batch of results recorded during the loop's claim
+// would find no free slot for the dependents and flow calls it releases.
 func (w *Worker) fill(ctx, scriptCtx context.Context) (time.Duration, int) {
 	sleep := w.cfg.PollInterval
 	params, ok := w.stepClaimParams(0)
 	if !ok {
 		return sleep, 0
 	}
+	w.claiming.Lock()
+	defer w.claiming.Unlock()
 	flows := w.cfg.MaxFlows
 	if !w.flowFits(params) {
 		flows = 0
