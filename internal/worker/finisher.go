@@ -40,11 +40,20 @@ func newFinisher(w *Worker, startStep func(store.ClaimedStep), startCall func(st
 	return &finisher{w: w, startStep: startStep, startCall: startCall, kick: make(chan struct{}, 1)}
 }
 
-// add queues an outcome. The worker's WaitGroup counts it until recorded,
-// so a stopping worker waits for it.
+// add queues an outcome, and with it its step's slot (see stepEnded). The
+// worker's WaitGroup counts it until recorded, so a stopping worker waits
+// for it, and so does pending, from before the step leaves the worker's
+// running steps: the worker never looks idle in between.
 func (f *finisher) add(o outcome) {
-	f.w.wg.Add(1)
+	w := f.w
+	w.wg.Add(1)
 	f.pending.Add(1)
+	// The slot is held before the outcome is queued, so that no batch
+	// gives back a slot it was not given.
+	w.mu.Lock()
+	delete(w.steps, o.p.StepID)
+	w.reserved.steps++
+	w.mu.Unlock()
 	f.mu.Lock()
 	f.queue = append(f.queue, o)
 	f.mu.Unlock()

@@ -527,12 +527,6 @@ func (w *Worker) stepEnded(ctx context.Context, a *stepAttempt, res script.Resul
 		w.count(func(r *Report) { r.StepsFailed++ })
 		stepErr = failure(res, a.timeout)
 	}
-	// The slot passes to the finisher before the outcome does, so that its
-	// batch never gives back a slot it was not given.
-	w.mu.Lock()
-	delete(w.steps, a.id)
-	w.reserved.steps++
-	w.mu.Unlock()
 	w.finish.add(outcome{log: log, p: store.StepFinishParams{
 		StepID: a.id, Attempt: a.attempt, Completed: res.Succeeded(), Error: stepErr, ExitCode: exitCode(res), Retry: true}})
 }
